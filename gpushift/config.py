@@ -1,0 +1,270 @@
+"""L2: the TOML config file → frozen, validated types.
+
+Every problem is reported as a :class:`ConfigError` naming the file, the key and what was expected;
+unknown keys are errors too (a typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .model import OFF
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04, the seeds' host)
+    import tomli as tomllib
+
+DEFAULT_CONFIG_PATH = "/etc/gpushift/gpushift.toml"
+ENV_CONFIG = "GPUSHIFT_CONFIG"
+
+BACKEND_KINDS = ("generic", "vllm", "llama-server")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    bus: str = "system"
+    state_dir: str = "/var/lib/gpushift"
+    runtime_dir: str = "/run/gpushift"  # the pending spool lives here (another filesystem)
+    on_failure: str = "rollback"
+    schedule: str | None = None
+    poll_interval_s: float = 0.5
+    stop_timeout_s: float = 180.0  # waiting for a stop job; systemd's TimeoutStopSec kills first
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    provider: str = "nvml"
+    residual_mib: float = 256.0
+    release_timeout_s: float = 120.0
+    simulated_gpus: int = 2
+    simulated_total_mib: float = 16384.0
+    simulated_foreign_mib: float = 9318.0  # what a holder outside every backend unit holds
+    simulated_release_delay_s: float = 0.5  # memory comes back this long after the last close
+    simulated_dir: str | None = None  # default: <state_dir>/simgpu
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    name: str
+    unit: str
+    health_url: str
+    kind: str = "generic"
+    version_url: str | None = None
+    version_command: tuple[str, ...] | None = None
+    metrics_url: str | None = None
+    start_timeout_s: float = 300.0
+    drain_timeout_s: float = 30.0
+    gpus: tuple[int, ...] | None = None  # None: all GPUs
+    simulated_vram_mib: float = 0.0
+    pinned_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    daemon: DaemonConfig
+    gpu: GpuConfig
+    backends: Mapping[str, BackendConfig] = field(default_factory=dict)
+
+    def backend(self, name: str) -> BackendConfig:
+        return self.backends[name]
+
+    def gpus_of(self, name: str, all_gpus: tuple[int, ...]) -> tuple[int, ...]:
+        """The GPUs a backend uses (all of them when it names none)."""
+        gpus = self.backends[name].gpus
+        return all_gpus if gpus is None else gpus
+
+    def backend_for_unit(self, unit: str) -> str | None:
+        for b in self.backends.values():
+            if b.unit == unit:
+                return b.name
+        return None
+
+    @property
+    def simulated_dir(self) -> str:
+        return self.gpu.simulated_dir or os.path.join(self.daemon.state_dir, "simgpu")
+
+    @property
+    def ledger_path(self) -> str:
+        return os.path.join(self.daemon.state_dir, "ledger.db")
+
+
+def config_path(explicit: str | None = None) -> str:
+    """``--config`` wins, then ``$GPUSHIFT_CONFIG``, then the default path."""
+    return explicit or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG_PATH
+
+
+def load(path: str | None = None) -> Config:
+    """Read and validate the config file."""
+    p = config_path(path)
+    try:
+        raw = Path(p).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found (set --config or ${ENV_CONFIG})") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read config file: {e.strerror}") from None
+    return parse(raw.decode("utf-8", errors="replace"), p)
+
+
+def parse(text: str, path: str = "<config>") -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    return _Reader(path).config(data)
+
+
+class _Reader:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def err(self, key: str, msg: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}: {msg}")
+
+    def table(self, data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+        v = data.get(key.split(".")[-1], {})
+        if not isinstance(v, dict):
+            raise self.err(key, f"expected a table [{key}], got {type(v).__name__}")
+        return v
+
+    def no_unknown(self, data: Mapping[str, Any], where: str, allowed: set[str]) -> None:
+        for k in data:
+            if k not in allowed:
+                raise self.err(
+                    f"{where}.{k}" if where else k,
+                    f"unknown key (expected one of: {', '.join(sorted(allowed))})",
+                )
+
+    def string(self, d: Mapping[str, Any], where: str, key: str, default: Any, choices: tuple[str, ...] = ()) -> Any:
+        if key not in d:
+            return default
+        v = d[key]
+        if not isinstance(v, str) or not v:
+            raise self.err(f"{where}.{key}", f"expected a non-empty string, got {v!r}")
+        if choices and v not in choices:
+            raise self.err(f"{where}.{key}", f"expected one of {', '.join(map(repr, choices))}, got {v!r}")
+        return v
+
+    def number(self, d: Mapping[str, Any], where: str, key: str, default: float, minimum: float = 0.0, integer: bool = False) -> Any:
+        if key not in d:
+            return default
+        v = d[key]
+        ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
+        if isinstance(v, bool) or not ok_type:
+            kind = "an integer" if integer else "a number"
+            raise self.err(f"{where}.{key}", f"expected {kind}, got {v!r}")
+        if v < minimum:
+            raise self.err(f"{where}.{key}", f"expected a value >= {minimum:g}, got {v!r}")
+        return v
+
+    def url(self, d: Mapping[str, Any], where: str, key: str, required: bool = False) -> str | None:
+        if key not in d:
+            if required:
+                raise self.err(f"{where}.{key}", "missing (expected an http:// URL)")
+            return None
+        v = d[key]
+        if not isinstance(v, str) or not (v.startswith("http://") or v.startswith("https://")):
+            raise self.err(f"{where}.{key}", f"expected an http:// or https:// URL, got {v!r}")
+        return v
+
+    def config(self, data: Mapping[str, Any]) -> Config:
+        self.no_unknown(data, "", {"daemon", "gpu", "backends"})
+        d = self.table(data, "daemon")
+        self.no_unknown(d, "daemon", set(DaemonConfig.__dataclass_fields__))
+        daemon = DaemonConfig(
+            bus=self.string(d, "daemon", "bus", "system", ("system", "session")),
+            state_dir=self.string(d, "daemon", "state_dir", DaemonConfig.state_dir),
+            runtime_dir=self.string(d, "daemon", "runtime_dir", DaemonConfig.runtime_dir),
+            on_failure=self.string(d, "daemon", "on_failure", "rollback", ("rollback", "stay")),
+            schedule=self.string(d, "daemon", "schedule", None),
+            poll_interval_s=self.number(d, "daemon", "poll_interval_s", 0.5, minimum=0.05),
+            stop_timeout_s=self.number(d, "daemon", "stop_timeout_s", 180.0, minimum=1),
+            log_level=self.string(d, "daemon", "log_level", "info", ("debug", "info", "warning", "error")),
+        )
+        g = self.table(data, "gpu")
+        self.no_unknown(g, "gpu", set(GpuConfig.__dataclass_fields__))
+        gpu = GpuConfig(
+            provider=self.string(g, "gpu", "provider", "nvml", ("nvml", "simulated")),
+            residual_mib=self.number(g, "gpu", "residual_mib", 256.0),
+            release_timeout_s=self.number(g, "gpu", "release_timeout_s", 120.0, minimum=0.1),
+            simulated_gpus=self.number(g, "gpu", "simulated_gpus", 2, minimum=1, integer=True),
+            simulated_total_mib=self.number(g, "gpu", "simulated_total_mib", 16384.0, minimum=1),
+            simulated_foreign_mib=self.number(g, "gpu", "simulated_foreign_mib", 9318.0),
+            simulated_release_delay_s=self.number(g, "gpu", "simulated_release_delay_s", 0.5),
+            simulated_dir=self.string(g, "gpu", "simulated_dir", None),
+        )
+        b = self.table(data, "backends")
+        backends: dict[str, BackendConfig] = {}
+        units: dict[str, str] = {}
+        for name, bd in b.items():
+            where = f"backends.{name}"
+            if name == OFF:
+                raise self.err(where, f"{OFF!r} is reserved (it means: no backend); choose another name")
+            if not name.replace("-", "").replace("_", "").isalnum():
+                raise self.err(where, "backend names may use letters, digits, '-' and '_' only")
+            if not isinstance(bd, dict):
+                raise self.err(where, f"expected a table [{where}]")
+            backends[name] = self.backend(name, where, bd)
+            unit = backends[name].unit
+            if unit in units:
+                raise self.err(f"{where}.unit", f"{unit!r} is already the unit of backend {units[unit]!r}")
+            units[unit] = name
+        if not backends:
+            raise self.err("backends", "no backend configured (expected at least one [backends.NAME] table)")
+        if gpu.provider == "simulated":
+            for be in backends.values():
+                for i in be.gpus or ():
+                    if i >= gpu.simulated_gpus:
+                        raise self.err(
+                            f"backends.{be.name}.gpus",
+                            f"GPU {i} does not exist on the simulated host of {gpu.simulated_gpus} GPUs",
+                        )
+        return Config(path=self.path, daemon=daemon, gpu=gpu, backends=backends)
+
+    def backend(self, name: str, where: str, d: Mapping[str, Any]) -> BackendConfig:
+        self.no_unknown(d, where, set(BackendConfig.__dataclass_fields__) - {"name"})
+        unit = self.string(d, where, "unit", None)
+        if unit is None:
+            raise self.err(f"{where}.unit", "missing (expected a systemd unit name such as 'gpushift-x.service')")
+        if "." not in unit:
+            raise self.err(f"{where}.unit", f"expected a full unit name with its suffix (e.g. {unit}.service)")
+        vc = d.get("version_command")
+        version_command: tuple[str, ...] | None = None
+        if vc is not None:
+            if not isinstance(vc, list) or not vc or not all(isinstance(x, str) and x for x in vc):
+                raise self.err(f"{where}.version_command", f"expected a non-empty list of strings, got {vc!r}")
+            version_command = tuple(vc)
+        gpus_raw = d.get("gpus")
+        gpus: tuple[int, ...] | None = None
+        if gpus_raw is not None:
+            if (
+                not isinstance(gpus_raw, list)
+                or not gpus_raw
+                or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in gpus_raw)
+            ):
+                raise self.err(f"{where}.gpus", f"expected a non-empty list of GPU indices (e.g. [0, 1]), got {gpus_raw!r}")
+            if len(set(gpus_raw)) != len(gpus_raw):
+                raise self.err(f"{where}.gpus", f"a GPU is listed twice in {gpus_raw!r}")
+            gpus = tuple(gpus_raw)
+        return BackendConfig(
+            name=name,
+            unit=unit,
+            kind=self.string(d, where, "kind", "generic", BACKEND_KINDS),
+            health_url=self.url(d, where, "health_url", required=True) or "",
+            version_url=self.url(d, where, "version_url"),
+            version_command=version_command,
+            metrics_url=self.url(d, where, "metrics_url"),
+            start_timeout_s=self.number(d, where, "start_timeout_s", 300.0, minimum=0.1),
+            drain_timeout_s=self.number(d, where, "drain_timeout_s", 30.0),
+            gpus=gpus,
+            simulated_vram_mib=self.number(d, where, "simulated_vram_mib", 0.0),
+            pinned_version=self.string(d, where, "pinned_version", None),
+        )

@@ -1,0 +1,320 @@
+"""L0: plain data shared by every layer (frozen dataclasses and enums, no I/O).
+
+Everything here is a value: a reading taken at one moment, a record of one switch.  Units of
+measure are in the names (``used_mib``, ``timeout_s``, ``started_at``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+#: The reserved backend name meaning "no backend at all: every GPU free".
+OFF = "off"
+
+
+class Phase(str, enum.Enum):
+    """The phases of one switch, in the order they run (rollback repeats some)."""
+
+    PREFLIGHT = "preflight"
+    INTENT = "intent"
+    DRAIN = "drain"
+    STOP = "stop"
+    RELEASE = "release"  # the VRAM gate
+    START = "start"
+    READY = "ready"
+    VERSION = "version"
+    ROLLBACK = "rollback"
+    DONE = "done"
+
+
+class Outcome(str, enum.Enum):
+    """How a switch attempt ended (the ledger's ``outcome`` column)."""
+
+    PENDING = "pending"  # intent written, not finished yet
+    OK = "ok"
+    FAILED = "failed"  # target not serving, failure policy "stay" (or rollback impossible)
+    ROLLED_BACK = "rolled_back"  # target failed, previous backend serves again
+    REFUSED = "refused"  # preflight said no; nothing was touched
+    INTERRUPTED = "interrupted"  # the daemon died mid-switch; found at the next start
+    CANCELLED = "cancelled"  # a person aborted it (gpushift cancel)
+
+
+class Trigger(str, enum.Enum):
+    """What asked for a switch."""
+
+    MANUAL = "manual"
+    SCHEDULE = "schedule"
+    RECONCILE = "reconcile"
+    EXTERNAL = "external"  # somebody used systemctl behind gpushift's back
+    ROLLBACK = "rollback"
+
+
+class GateState(str, enum.Enum):
+    """What one GPU reading says about the VRAM gate."""
+
+    RELEASED = "released"
+    HELD = "held"
+    UNKNOWN = "unknown"  # NVML error, unreadable /proc: never treated as released
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A live process that has a GPU's device file open.
+
+    ``used_mib`` is what the provider attributes to it (NVML's per-process figure, or the
+    simulated amount); ``None`` when the provider cannot say (it may still hold memory).
+    """
+
+    pid: int
+    user: str
+    command: str  # short name (comm), e.g. "python"
+    cmdline: tuple[str, ...] = ()
+    unit: str | None = None  # systemd unit from its cgroup, e.g. "gpushift-vllm.service"
+    used_mib: float | None = None
+
+    def describe(self) -> str:
+        """One phrase naming the process for a person: ``pid 4242 (python, user bob)``."""
+        where = f", unit {self.unit}" if self.unit else ""
+        return f"pid {self.pid} ({self.command}, user {self.user}{where})"
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Static facts of one GPU (they go into the ledger)."""
+
+    index: int
+    name: str
+    uuid: str
+    total_mib: float
+    compute_capability: tuple[int, int] | None = None
+    ecc_enabled: bool | None = None
+    ecc_uncorrected: int | None = None
+    ecc_corrected: int | None = None
+
+
+@dataclass(frozen=True)
+class HostGpuFacts:
+    """Driver-level facts plus every GPU; ``simulated`` marks the simulated provider."""
+
+    simulated: bool
+    driver_version: str | None
+    cuda_version: str | None
+    gpus: tuple[GpuInfo, ...]
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "simulated": self.simulated,
+            "driver_version": self.driver_version,
+            "cuda_version": self.cuda_version,
+            "error": self.error,
+            "gpus": [
+                {
+                    "index": g.index,
+                    "name": g.name,
+                    "uuid": g.uuid,
+                    "total_mib": g.total_mib,
+                    "compute_capability": (
+                        f"{g.compute_capability[0]}.{g.compute_capability[1]}"
+                        if g.compute_capability
+                        else None
+                    ),
+                    "ecc_enabled": g.ecc_enabled,
+                    "ecc_uncorrected": g.ecc_uncorrected,
+                    "ecc_corrected": g.ecc_corrected,
+                }
+                for g in self.gpus
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """Memory on one GPU at one moment, and who has it open.
+
+    ``used_mib`` is ``None`` when it could not be read; ``error`` then says why and the reading is
+    UNKNOWN.  ``holders_complete`` is False when some process's open files could not be read, so
+    the holder list may miss somebody: that too makes the reading UNKNOWN (fail closed).
+    """
+
+    index: int
+    name: str
+    total_mib: float
+    used_mib: float | None
+    holders: tuple[Holder, ...] = ()
+    holders_complete: bool = True
+    error: str | None = None
+    unreadable_pids: tuple[int, ...] = ()
+
+    def state(self, residual_mib: float) -> GateState:
+        """RELEASED only when the figure is known, complete and at or below the residual."""
+        if self.error is not None or self.used_mib is None or not self.holders_complete:
+            return GateState.UNKNOWN
+        return GateState.RELEASED if self.used_mib <= residual_mib else GateState.HELD
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "total_mib": self.total_mib,
+            "used_mib": self.used_mib,
+            "error": self.error,
+            "holders_complete": self.holders_complete,
+            "unreadable_pids": list(self.unreadable_pids),
+            "holders": [
+                {
+                    "pid": h.pid,
+                    "user": h.user,
+                    "command": h.command,
+                    "cmdline": list(h.cmdline),
+                    "unit": h.unit,
+                    "used_mib": h.used_mib,
+                }
+                for h in self.holders
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """What systemd says about one unit right now."""
+
+    name: str
+    load_state: str  # loaded | not-found | bad-setting | error | masked
+    active_state: str  # active | activating | deactivating | inactive | failed
+    sub_state: str
+    result: str = "success"  # Service.Result: success | exit-code | signal | timeout | ...
+    main_pid: int = 0
+    exec_start: tuple[str, ...] = ()  # argv as written in the unit (${VAR} unexpanded)
+    fragment_path: str = ""
+    drop_in_paths: tuple[str, ...] = ()
+    environment: tuple[str, ...] = ()  # "KEY=value" from Environment=
+    working_directory: str = ""
+    user: str = ""
+    kill_mode: str = ""
+    send_sigkill: bool = True
+    timeout_stop_usec: int = 0
+    conflicts: tuple[str, ...] = ()
+
+    @property
+    def running(self) -> bool:
+        return self.active_state in ("active", "activating", "reloading")
+
+    @property
+    def failed(self) -> bool:
+        return self.active_state == "failed"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The end of one systemd job: ``result`` is JobRemoved's string (``done`` = success)."""
+
+    unit: str
+    job: str
+    result: str
+
+    @property
+    def ok(self) -> bool:
+        # Every result but done/skipped is a failure (systemd has more than the man page lists).
+        return self.result in ("done", "skipped")
+
+
+@dataclass(frozen=True)
+class Health:
+    """One poll of a backend's health URL."""
+
+    ok: bool
+    status: int | None  # HTTP status; None when the connection failed
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """A backend's version and how it was learned (``url``, ``command`` or ``none``)."""
+
+    version: str | None
+    source: str
+    raw: str = ""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asked for a switch (read from the bus, or the daemon itself)."""
+
+    uid: int | None
+    user: str
+    pid: int | None = None
+
+    @staticmethod
+    def daemon() -> Caller:
+        return Caller(uid=None, user="gpushift", pid=None)
+
+
+@dataclass
+class SwitchRecord:
+    """Everything the ledger keeps about one switch attempt.
+
+    Mutable while the switch runs (the switcher fills it phase by phase); the ledger stores it as
+    the intent row first and again at the end.
+    """
+
+    trigger: str
+    requested_by: str
+    reason: str
+    from_backend: str | None
+    to_backend: str
+    started_at: datetime
+    ticket: str = ""
+    uid: int | None = None
+    id: int | None = None
+    finished_at: datetime | None = None
+    outcome: str = Outcome.PENDING.value
+    failed_phase: str | None = None
+    message: str | None = None
+    unit: str | None = None
+    unit_path: str | None = None
+    unit_sha256: str | None = None
+    argv_configured: list[str] = field(default_factory=list)
+    argv_running: list[str] = field(default_factory=list)
+    systemd_result: str | None = None
+    backend_version: str | None = None
+    version_source: str | None = None
+    gpushift_version: str = ""
+    gpu_facts: dict[str, Any] = field(default_factory=dict)
+    vram: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # phase -> readings
+    durations_s: dict[str, float] = field(default_factory=dict)  # phase -> seconds
+    extra: dict[str, Any] = field(default_factory=dict)  # later issues add fields here
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "ticket": self.ticket,
+            "trigger": self.trigger,
+            "requested_by": self.requested_by,
+            "uid": self.uid,
+            "reason": self.reason,
+            "from": self.from_backend,
+            "to": self.to_backend,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "outcome": self.outcome,
+            "failed_phase": self.failed_phase,
+            "message": self.message,
+            "unit": self.unit,
+            "unit_path": self.unit_path,
+            "unit_sha256": self.unit_sha256,
+            "argv": self.argv_running or self.argv_configured,
+            "argv_configured": self.argv_configured,
+            "argv_running": self.argv_running,
+            "systemd_result": self.systemd_result,
+            "backend_version": self.backend_version,
+            "version_source": self.version_source,
+            "gpushift_version": self.gpushift_version,
+            "gpu_facts": self.gpu_facts,
+            "vram": self.vram,
+            "durations_s": self.durations_s,
+            "extra": self.extra,
+        }

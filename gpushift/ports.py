@@ -1,0 +1,98 @@
+"""L1: the ports the switcher talks through.  Adapters implement them; tests use stateful fakes.
+
+Adapters translate foreign exceptions at their edge: a method here either returns a value or raises
+a :class:`gpushift.errors.GpushiftError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from .model import GpuReading, Health, HostGpuFacts, JobResult, SwitchRecord, UnitState, VersionInfo
+
+
+class UnitControl(Protocol):
+    """systemd, for the backend units."""
+
+    def state(self, unit: str) -> UnitState:
+        """Asked of systemd at this moment (never cached): the gate of every decision."""
+        ...
+
+    def start(self, unit: str, timeout_s: float) -> JobResult:
+        """StartUnit and wait for the job's JobRemoved (replace mode)."""
+        ...
+
+    def stop(self, unit: str, timeout_s: float) -> JobResult:
+        """StopUnit and wait for the job's JobRemoved (replace mode)."""
+        ...
+
+    def reset_failed(self, unit: str) -> None: ...
+
+    def processes(self, unit: str) -> list[int]:
+        """PIDs in the unit's cgroup (GetUnitProcesses)."""
+        ...
+
+
+class GpuProbe(Protocol):
+    """NVML or the simulated provider."""
+
+    simulated: bool
+
+    def facts(self) -> HostGpuFacts: ...
+
+    def read(self, indices: Sequence[int] | None = None) -> list[GpuReading]:
+        """One reading per GPU (all GPUs when ``indices`` is None). Never raises for NVML faults:
+        a GPU that cannot be read comes back with ``error`` set (state UNKNOWN)."""
+        ...
+
+
+class BackendProbe(Protocol):
+    """The backends' HTTP endpoints (and version commands)."""
+
+    def health(self, url: str, timeout_s: float = 2.0) -> Health: ...
+
+    def version(
+        self, version_url: str | None, version_command: Sequence[str] | None, timeout_s: float = 5.0
+    ) -> VersionInfo: ...
+
+    def in_flight(self, backend: Any) -> int | None:
+        """Requests running or waiting on the backend; None when it cannot be told."""
+        ...
+
+
+class Ledger(Protocol):
+    """The deployment ledger (SQLite)."""
+
+    def begin(self, record: SwitchRecord) -> int:
+        """Write the intent row (before anything is stopped) and return its id."""
+        ...
+
+    def finish(self, record: SwitchRecord) -> None:
+        """Complete the row ``record.id`` with everything the switch learned."""
+        ...
+
+    def mark_interrupted(self, now: datetime) -> list[int]:
+        """Mark every unfinished row ``interrupted``; return their ids."""
+        ...
+
+    def last(self) -> SwitchRecord | None: ...
+
+    def get(self, row_id: int) -> SwitchRecord | None: ...
+
+    def list(self, limit: int = 20, **filters: Any) -> list[SwitchRecord]: ...
+
+    def health(self) -> dict[str, Any]:
+        """``{"state": "ok"|"degraded", "pending": N, "error": ...}`` for status."""
+        ...
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """Aware UTC datetime."""
+        ...
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
