@@ -1,0 +1,179 @@
+"""L5: ``gpushift schedule`` (the coming switches) and ``gpushift schedule check [FILE]``.
+
+Both work without a daemon: they read the config (for the schedule's path and the backend names)
+and the schedule file themselves.  The main CLI adds the group with ``main.add_command(schedule)``;
+``ctx.obj`` is a dict whose ``"config_path"`` may be ``None`` (then ``$GPUSHIFT_CONFIG`` or the
+default path).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, NoReturn
+
+import click
+
+from gpushift import config as config_mod
+from gpushift.errors import ConfigError, GpushiftError
+from gpushift.schedule import DEFAULT_SCHEDULE_PATH, Fire, Schedule, load_schedule
+
+UTC = timezone.utc
+
+
+def _config_path(ctx: click.Context) -> str | None:
+    obj = ctx.find_root().obj
+    return obj.get("config_path") if isinstance(obj, dict) else None
+
+
+def _fail(e: GpushiftError) -> NoReturn:
+    click.echo(f"gpushift: {e}", err=True)
+    raise click.exceptions.Exit(e.code)
+
+
+def _schedule_path(cfg: config_mod.Config) -> str:
+    return cfg.daemon.schedule or DEFAULT_SCHEDULE_PATH
+
+
+def _local(t: datetime, sched: Schedule) -> str:
+    lt = t.astimezone(sched.tz)
+    return f"{lt:%a %Y-%m-%d %H:%M} {lt.tzname()}"
+
+
+def _utc(t: datetime) -> str:
+    return f"{t.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def _zone_source(sched: Schedule) -> str:
+    return f"TZ= on line {sched.tz_line}" if sched.tz_line is not None else "the host's zone"
+
+
+def _fire_json(f: Fire, sched: Schedule) -> dict[str, Any]:
+    return {
+        "utc": f.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "local": f.at.astimezone(sched.tz).isoformat(),
+        "target": f.target,
+        "line": f.entry.line,
+        "entry": f.entry.fields,
+    }
+
+
+def _parse_from(text: str, sched: Schedule) -> datetime:
+    try:
+        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a time (expected e.g. '2026-12-01 08:00' in the schedule's zone, "
+            "or ISO 8601 with an offset)",
+            param_hint="--from",
+        ) from None
+    return t.replace(tzinfo=sched.tz) if t.tzinfo is None else t
+
+
+@click.group("schedule", invoke_without_command=True)
+@click.option(
+    "--next", "count", type=click.IntRange(1, 10000), default=10, show_default=True, help="How many to list."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--from",
+    "start",
+    metavar="TIME",
+    help="List from TIME instead of now ('2026-12-01 08:00' in the schedule's zone, or ISO 8601 with offset).",
+)
+@click.pass_context
+def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -> None:
+    """List the next switches of the schedule (local and UTC times, and the entry behind each).
+
+    Reads the config for the schedule file and the backend names; no daemon is needed.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        cfg = config_mod.load(_config_path(ctx))
+        sched = load_schedule(_schedule_path(cfg), backends=cfg.backends.keys())
+    except GpushiftError as e:
+        _fail(e)
+    at = _parse_from(start, sched) if start else datetime.now(UTC)
+    current = sched.in_effect(at)
+    fires = sched.next(at, count)
+    previous = current.target if current else None
+    changes: list[bool] = []
+    for f in fires:
+        changes.append(f.target != previous)
+        previous = f.target
+
+    if as_json:
+        doc = {
+            "schedule": sched.path,
+            "tz": str(sched.tz),
+            "tz_line": sched.tz_line,
+            "at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "in_effect": _fire_json(current, sched) if current else None,
+            "next": [{**_fire_json(f, sched), "changes": c} for f, c in zip(fires, changes, strict=True)],
+        }
+        click.echo(json.dumps(doc, indent=2))
+        return
+
+    click.echo(f"Schedule {sched.path} (time zone {sched.tz}, {_zone_source(sched)})")
+    if not sched.entries:
+        click.echo("The schedule has no entries: it never switches.")
+        return
+    if current:
+        click.echo(
+            f"In effect at {_local(at, sched)}: {current.target}, since {_local(current.at, sched)} "
+            f"(line {current.entry.line}: {current.entry.fields})"
+        )
+    click.echo(f"Next {len(fires)} times the schedule fires:")
+    rows = [("LOCAL", "UTC", "BACKEND", "LINE", "ENTRY", "")]
+    for f, c in zip(fires, changes, strict=True):
+        note = "" if c else "(already in effect)"
+        rows.append((_local(f.at, sched), _utc(f.at), f.target, str(f.entry.line), f.entry.fields, note))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        click.echo("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+
+
+@schedule.command("check")
+@click.argument("file", required=False, metavar="[FILE]")
+@click.pass_context
+def check(ctx: click.Context, file: str | None) -> None:
+    """Validate a schedule file (default: the one the config names) without a daemon.
+
+    Exits 0 with a summary, or non-zero with the error naming file, line and field.  Backend names
+    are checked against the config; when the config cannot be read, FILE is still checked and the
+    output says that backend names were not.
+    """
+    cfg: config_mod.Config | None = None
+    cfg_error: ConfigError | None = None
+    try:
+        cfg = config_mod.load(_config_path(ctx))
+    except ConfigError as e:
+        cfg_error = e
+    if file is None:
+        if cfg is None:
+            assert cfg_error is not None
+            _fail(ConfigError(f"{cfg_error} (or name the file: gpushift schedule check FILE)"))
+        file = _schedule_path(cfg)
+    try:
+        sched = load_schedule(file, backends=cfg.backends.keys() if cfg else None)
+    except GpushiftError as e:
+        _fail(e)
+
+    n = len(sched.entries)
+    click.echo(
+        f"{file}: OK: {n} entr{'y' if n == 1 else 'ies'}, time zone {sched.tz} ({_zone_source(sched)})"
+    )
+    for entry in sched.entries:
+        click.echo(f"  line {entry.line}: {entry.fields} -> {entry.target}")
+    if cfg is not None:
+        click.echo(f"backend names checked against {cfg.path}")
+    else:
+        click.echo(f"note: backend names were NOT checked: {cfg_error}", err=True)
+    now = datetime.now(UTC)
+    current = sched.in_effect(now)
+    nxt = sched.next_change(now)
+    if current:
+        click.echo(f"in effect now: {current.target} (line {current.entry.line})")
+    if nxt:
+        click.echo(f"next switch: {nxt.target} at {_local(nxt.at, sched)} ({_utc(nxt.at)})")
