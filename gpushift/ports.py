@@ -10,7 +10,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from .model import GpuReading, Health, HostGpuFacts, JobResult, SwitchRecord, UnitState, VersionInfo
+from .model import (
+    GpuReading,
+    Health,
+    HostGpuFacts,
+    JobResult,
+    SwitchRecord,
+    UnitState,
+    VersionInfo,
+)
 
 
 class UnitControl(Protocol):
@@ -96,3 +104,15 @@ class Clock(Protocol):
     def monotonic(self) -> float: ...
 
     def sleep(self, seconds: float) -> None: ...
+
+
+class Host(Protocol):
+    """What the switcher needs to know about the host's processes and files."""
+
+    def cmdline(self, pid: int) -> list[str]:
+        """The argv a process actually runs with (``/proc/PID/cmdline``); [] when gone."""
+        ...
+
+    def launch_info(self, unit: UnitState, argv: Sequence[str]) -> dict[str, Any]:
+        """Unit file and drop-in hashes, environment, model file fingerprints, host facts."""
+        ...

@@ -1,0 +1,40 @@
+"""L4: the host's processes and clock — /proc for the argv as run, the wall and monotonic clocks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from ..model import UnitState
+
+
+class ProcHost:
+    """The :class:`gpushift.ports.Host` of a Linux machine."""
+
+    def cmdline(self, pid: int) -> list[str]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                raw = f.read()
+        except OSError:
+            return []
+        return [a.decode("utf-8", "replace") for a in raw.split(b"\0")[:-1]] if raw else []
+
+    def launch_info(self, unit: UnitState, argv: Sequence[str]) -> dict[str, Any]:
+        from .launchinfo import collect_launch_info
+
+        return collect_launch_info(unit, argv)
+
+
+class SystemClock:
+    """The :class:`gpushift.ports.Clock` of the real world."""
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)

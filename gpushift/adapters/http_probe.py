@@ -1,0 +1,106 @@
+"""L4: the backends' HTTP endpoints — health, version, in-flight requests (for the drain).
+
+Stdlib only (urllib): one short request per poll, no connection kept, nothing at import.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from ..model import Health, VersionInfo
+
+# Prometheus sample lines that count requests still being served or queued.
+_INFLIGHT_METRICS = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "llamacpp:requests_processing",
+    "llamacpp:requests_deferred",
+)
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEInfa]+)")
+_VERSION_RE = re.compile(r"version[:\s]+([^\s]+(?:\s+\([0-9a-f]+\))?)", re.IGNORECASE)
+
+
+def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers={"User-Agent": "gpushift"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (config URLs)
+            return resp.status, resp.read(1 << 20)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(1 << 16) if e.fp else b""
+
+
+def parse_inflight(metrics_text: str, names: Sequence[str] = _INFLIGHT_METRICS) -> int | None:
+    """Sum of the in-flight gauges found in a Prometheus text page; None when none is present."""
+    total = 0.0
+    seen = False
+    for line in metrics_text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) in names:
+            try:
+                total += float(m.group(3))
+                seen = True
+            except ValueError:
+                continue
+    return int(total) if seen else None
+
+
+def parse_version_output(text: str) -> str | None:
+    """``version: 6143 (0e55e3a1)`` (llama-server --version, on stderr) → ``6143 (0e55e3a1)``."""
+    m = _VERSION_RE.search(text)
+    return m.group(1).strip() if m else None
+
+
+class HttpBackendProbe:
+    """The :class:`gpushift.ports.BackendProbe` over HTTP."""
+
+    def health(self, url: str, timeout_s: float = 2.0) -> Health:
+        try:
+            status, body = _get(url, timeout_s)
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", e)
+            return Health(False, None, f"no answer: {reason}")
+        return Health(status == 200, status, body[:200].decode("utf-8", "replace").strip())
+
+    def version(
+        self, version_url: str | None, version_command: Sequence[str] | None, timeout_s: float = 5.0
+    ) -> VersionInfo:
+        if version_url:
+            try:
+                status, body = _get(version_url, timeout_s)
+                if status == 200:
+                    data: Any = json.loads(body)
+                    v = data.get("version") if isinstance(data, dict) else None
+                    if v is not None:
+                        return VersionInfo(str(v), "url", body[:500].decode("utf-8", "replace"))
+                return VersionInfo(None, "url", f"HTTP {status}")
+            except (urllib.error.URLError, OSError, ValueError) as e:
+                return VersionInfo(None, "url", f"error: {e}")
+        if version_command:
+            try:
+                p = subprocess.run(
+                    list(version_command), capture_output=True, text=True, timeout=timeout_s, check=False
+                )
+            except (OSError, subprocess.TimeoutExpired) as e:
+                return VersionInfo(None, "command", f"error: {e}")
+            raw = (p.stdout + "\n" + p.stderr).strip()
+            return VersionInfo(parse_version_output(raw) or (raw.splitlines() or [None])[0], "command", raw[:2000])
+        return VersionInfo(None, "none")
+
+    def in_flight(self, backend: Any) -> int | None:
+        """Requests running or waiting (vLLM and llama-server gauges); None when unknown."""
+        url = getattr(backend, "metrics_url", None)
+        if not url:
+            return None
+        try:
+            status, body = _get(url, 2.0)
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        if status != 200:
+            return None
+        return parse_inflight(body.decode("utf-8", "replace"))

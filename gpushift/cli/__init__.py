@@ -1,0 +1,343 @@
+"""L5: the `gpushift` command (click).  A D-Bus client of the daemon, plus read-only views.
+
+Imports are lazy: `gpushift --help` and `gpushift ledger` must not pay for GLib, pydbus or NVML.
+Sub-command groups that live in their own modules are loaded only when invoked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from .. import __version__
+from ..errors import DaemonUnavailable, GpushiftError
+
+_LAZY = {
+    "ledger": ("gpushift.cli.ledger", "ledger", "Read the deployment ledger (list, show, diff, export, verify)."),
+    "schedule": ("gpushift.cli.schedule", "schedule", "Show the next switches of the schedule; check a file."),
+    "check": ("gpushift.cli.check", "check", "Preflight doctor: check config, schedule, units and GPU facts."),
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self._available()])
+
+    def _available(self) -> list[str]:
+        out = []
+        for name, (mod, _attr, _help) in _LAZY.items():
+            if importlib.util.find_spec(mod) is not None:
+                out.append(name)
+        return out
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        cmd = super().get_command(ctx, name)
+        if cmd is not None or name not in _LAZY:
+            return cmd
+        mod, attr, _help = _LAZY[name]
+        try:
+            module = importlib.import_module(mod)
+        except ModuleNotFoundError:
+            return None
+        return getattr(module, attr)  # type: ignore[no-any-return]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in _LAZY and name not in self.commands:
+                rows.append((name, _LAZY[name][2]))
+            else:
+                cmd = self.commands.get(name)
+                if cmd is not None and not cmd.hidden:
+                    rows.append((name, cmd.get_short_help_str(limit=80)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _fail(e: GpushiftError) -> None:
+    click.echo(f"gpushift: {e}", err=True)
+    sys.exit(e.code)
+
+
+def _config(ctx: click.Context) -> Any:
+    from .. import config as config_mod
+
+    return config_mod.load(ctx.obj["config_path"])
+
+
+def _bus_kind(ctx: click.Context) -> str:
+    """The daemon's bus, even from a config that no longer validates (reload must still reach it)."""
+    from .. import config as config_mod
+
+    try:
+        return str(_config(ctx).daemon.bus)
+    except GpushiftError:
+        try:
+            text = open(config_mod.config_path(ctx.obj["config_path"]), encoding="utf-8").read()
+            data = config_mod.tomllib.loads(text)
+            bus = data.get("daemon", {}).get("bus", "system")
+            return bus if bus in ("system", "session") else "system"
+        except (OSError, ValueError, AttributeError):
+            return "system"
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", metavar="PATH", envvar="GPUSHIFT_CONFIG",
+              help="Config file (default /etc/gpushift/gpushift.toml; env GPUSHIFT_CONFIG).")
+@click.version_option(__version__, prog_name="gpushift")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None) -> None:
+    """gpushift time-shares one GPU host between inference servers.
+
+    A daemon (`gpushift daemon`, run by systemd as gpushift.service) owns every switch: it drains
+    and stops the running backend's unit, proves through NVML that the VRAM is free, starts the
+    next unit, waits until it answers its health URL, and records the launch in a ledger.
+
+    \b
+    Typical use:
+      gpushift status                 what runs, GPU memory and holders, last switch
+      gpushift switch llama           switch now (live progress; exit 0 when ready)
+      gpushift switch off             stop every backend, leave the GPUs free
+      gpushift ledger                 every launch, newest first
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["config_path"] = config_path
+
+
+@main.command()
+@click.pass_context
+def daemon(ctx: click.Context) -> None:
+    """Run the daemon in the foreground (what units/gpushift.service runs)."""
+    from ..daemon import main as daemon_main
+
+    sys.exit(daemon_main(ctx.obj["config_path"]))
+
+
+# ------------------------------------------------------------------ status
+
+
+def _local_status(ctx: click.Context, why: str) -> dict[str, Any]:
+    """What the CLI can read itself while the daemon is down."""
+    from .. import wiring
+
+    cfg = _config(ctx)
+    daemon = {"running": False, "state": "down", "error": why, "config": cfg.path}
+    try:
+        comps = wiring.build(cfg, readonly_ledger=True)
+    except GpushiftError as e:
+        return {"daemon": daemon, "active": None, "backends": {}, "gpus": [], "simulated":
+                cfg.gpu.provider == "simulated", "last_switch": None, "error": str(e)}
+    return wiring.status_report(comps, daemon)
+
+
+def _mib(v: Any) -> str:
+    return "?" if v is None else f"{float(v):.0f}"
+
+
+def render_status(s: dict[str, Any]) -> str:
+    from ..policy import fmt_mib
+
+    lines = []
+    d = s.get("daemon") or {}
+    sim = s.get("simulated")
+    if d.get("running"):
+        state = d.get("state", "?")
+        lines.append(f"daemon:   running (pid {d.get('pid')}, {state}, gpushift {d.get('version')})")
+        sw = d.get("switch")
+        if sw:
+            lines.append(f"switch:   {sw.get('from') or 'off'} -> {sw.get('to')} [{sw.get('phase')}] "
+                         f"{sw.get('detail', '')} ({sw.get('elapsed_s')}s, ticket {sw.get('ticket')}, "
+                         f"by {sw.get('requested_by')})")
+        if d.get("reload_error"):
+            lines.append(f"reload:   REJECTED, old config in force: {d['reload_error']}")
+    else:
+        lines.append(f"daemon:   DOWN ({d.get('error', 'not running')}); showing what the CLI can read itself")
+    for key, label in (("mode", "mode"),):
+        if s.get(key):
+            lines.append(f"{label}:     {s[key]}")
+    active = s.get("active")
+    since = f" since {s['since']}" if s.get("since") else ""
+    if active is None and s.get("running"):
+        lines.append(f"active:   CONFLICT: {', '.join(s['running'])} all running")
+    else:
+        lines.append(f"active:   {active}{since}")
+    sched = s.get("schedule")
+    if isinstance(sched, dict):
+        if sched.get("wants"):
+            lines.append(f"schedule: wants {sched['wants']} now")
+        if sched.get("next"):
+            n = sched["next"]
+            lines.append(f"next:     {n.get('target')} at {n.get('at_local') or n.get('at')}")
+    if s.get("warning"):
+        lines.append(f"WARNING:  {s['warning']}")
+    lines.append("backends:")
+    for name, b in (s.get("backends") or {}).items():
+        if "error" in b:
+            lines.append(f"  {name:<10} {b.get('unit')}  ERROR: {b['error']}")
+            continue
+        h = b.get("health")
+        hs = "" if h is None else (f"health {h.get('status')}" if h.get("status") else f"health: {h.get('detail')}")
+        pid = f"pid {b['main_pid']}" if b.get("main_pid") else ""
+        lines.append(f"  {name:<10} {b.get('unit'):<28} {b.get('active_state')}/{b.get('sub_state'):<10} {pid:<10} {hs}")
+    lines.append("GPUs (SIMULATED — no real GPU is measured):" if sim else "GPUs:")
+    for g in s.get("gpus") or []:
+        if "index" not in g:
+            lines.append(f"  {g.get('error')}")
+            continue
+        used = "unknown" if g.get("used_mib") is None else f"{_mib(g['used_mib'])}/{_mib(g['total_mib'])} MiB"
+        lines.append(f"  GPU {g['index']}  {g.get('name')}  {used}  [{g.get('state')}]"
+                     + (f"  {g['error']}" if g.get("error") else ""))
+        for h in g.get("holders") or []:
+            amount = f" {fmt_mib(h['used_mib'])}" if h.get("used_mib") else ""
+            unit = f", unit {h['unit']}" if h.get("unit") else ""
+            lines.append(f"      pid {h['pid']} ({h['command']}, user {h['user']}{unit}){amount}")
+        if g.get("unreadable_pids"):
+            lines.append(f"      cannot read open files of pid {', '.join(map(str, g['unreadable_pids']))}")
+    last = s.get("last_switch")
+    if last:
+        lines.append(f"last:     #{last.get('id')} {last.get('from') or 'off'} -> {last.get('to')} "
+                     f"{last.get('outcome')} at {last.get('finished_at') or last.get('started_at')} "
+                     f"({last.get('trigger')} by {last.get('requested_by')})"
+                     + (f": {last['message']}" if last.get("message") and last.get("outcome") != "ok" else ""))
+    else:
+        lines.append("last:     no switch recorded yet")
+    led = s.get("ledger") or {}
+    if led.get("state") and led.get("state") != "ok":
+        lines.append(f"ledger:   {led.get('state')} ({led.get('pending', 0)} pending) {led.get('error') or ''}".rstrip())
+    return "\n".join(lines)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (for scripts).")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show the daemon, the active backend, each backend's unit and health, GPU memory and holders.
+
+    When the daemon is down, shows what the CLI can read itself (units, GPUs, ledger) and says so.
+    Exit status 0 when the daemon runs, 6 when it is down.
+    """
+    try:
+        cfg = _config(ctx)
+        from ..adapters.client import Client
+
+        try:
+            s = Client(cfg.daemon.bus).status()
+        except DaemonUnavailable as e:
+            s = _local_status(ctx, str(e))
+    except GpushiftError as e:
+        _fail(e)
+        return
+    click.echo(json.dumps(s, indent=2, default=str) if as_json else render_status(s))
+    if not (s.get("daemon") or {}).get("running"):
+        sys.exit(DaemonUnavailable.code)
+
+
+# ------------------------------------------------------------------ switch
+
+
+@main.command()
+@click.argument("backend")
+@click.option("--reason", default="", help="Why (recorded in the ledger).")
+@click.option("--no-wait", is_flag=True, help="Queue the switch and print its ticket; do not follow it.")
+@click.option("--now", "skip_drain", is_flag=True, help="Skip the drain: stop the running backend at once.")
+@click.option("--hold", is_flag=True, help="Keep BACKEND until `gpushift resume` (the schedule waits).")
+@click.option("--until", "until", metavar="TIME", help="Keep BACKEND until TIME ('2026-12-01 08:00').")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress goes to stderr).")
+@click.pass_context
+def switch(ctx: click.Context, backend: str, reason: str, no_wait: bool, skip_drain: bool, hold: bool,
+           until: str | None, as_json: bool) -> None:
+    """Switch the GPUs to BACKEND (a configured name, or `off` to free them).
+
+    Prints one line per phase with elapsed seconds; exits 0 when BACKEND answers its health URL,
+    non-zero with a one-line reason otherwise.  A switch to the active backend says so and exits 0.
+    """
+    from ..adapters.client import Client
+
+    options: dict[str, Any] = {"reason": reason, "now": skip_drain}
+    if hold:
+        options["hold"] = True
+    if until:
+        options["until"] = until
+    t0 = time.monotonic()
+    out = sys.stderr if as_json else sys.stdout
+
+    def progress(phase: str, detail: str) -> None:
+        click.echo(f"[{time.monotonic() - t0:6.1f}s] {phase:<9} {detail}", file=out)
+        out.flush()
+
+    try:
+        cfg = _config(ctx)
+        result = Client(cfg.daemon.bus).switch(backend, options, on_progress=progress, wait=not no_wait)
+    except GpushiftError as e:
+        if as_json:
+            click.echo(json.dumps({"ok": False, "error": e.dbus_name(), "message": str(e)}))
+        _fail(e)
+        return
+    if no_wait:
+        click.echo(json.dumps(result) if as_json else f"queued: ticket {result['ticket']}")
+        return
+    if as_json:
+        click.echo(json.dumps(result, indent=2, default=str))
+    elapsed = time.monotonic() - t0
+    if result.get("ok"):
+        if not as_json:
+            if result.get("already"):
+                click.echo(result.get("message", "already active"))
+            else:
+                led = f"ledger #{result['ledger_id']}, " if result.get("ledger_id") else ""
+                click.echo(f"ok: {result.get('message')} ({led}{elapsed:.1f}s)")
+        return
+    from ..errors import by_dbus_name
+
+    cls = by_dbus_name().get(result.get("error") or "", GpushiftError)
+    if not as_json:
+        click.echo(f"gpushift: switch {result.get('outcome')}: {result.get('message')}", err=True)
+    sys.exit(cls.code if cls.code != 1 else 7)
+
+
+@main.command()
+@click.pass_context
+def cancel(ctx: click.Context) -> None:
+    """Abort the switch in progress (the failure policy then applies: rollback or stay)."""
+    from ..adapters.client import Client
+
+    try:
+        ticket = Client(_bus_kind(ctx)).cancel()
+    except GpushiftError as e:
+        _fail(e)
+        return
+    click.echo(f"cancelling switch {ticket}")
+
+
+@main.command()
+@click.pass_context
+def resume(ctx: click.Context) -> None:
+    """Drop a manual override and obey the schedule again at once (switching if needed)."""
+    from ..adapters.client import Client
+
+    try:
+        click.echo(Client(_config(ctx).daemon.bus).resume())
+    except GpushiftError as e:
+        _fail(e)
+
+
+@main.command()
+@click.pass_context
+def reload(ctx: click.Context) -> None:
+    """Make the daemon re-read config and schedule; waits until done (systemd's ExecReload=).
+
+    An invalid file is rejected, the old one stays in force, and this exits non-zero.
+    """
+    from ..adapters.client import Client
+
+    try:
+        click.echo(Client(_bus_kind(ctx)).reload())
+    except GpushiftError as e:
+        _fail(e)
