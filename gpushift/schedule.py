@@ -431,8 +431,8 @@ def _parse_field(token: str, spec: _FieldSpec, err: _ErrFactory) -> tuple[set[in
                 raise err(spec.name, f"a step needs a range or '*' in {item!r} (e.g. */15 or 1-10/2)")
             lo = _value(first, spec, item, err)
             hi = _value(last, spec, item, err) if dash else lo
-            if spec.names is _DAY_NAMES and hi == 0 and lo > 0:
-                hi = 7  # "mon-sun", "5-0": Sunday ending a range is day 7, so the range runs forwards
+            if spec.names is _DAY_NAMES and last.lower() == "sun" and lo > 0:
+                hi = 7  # "mon-sun": the NAME sun ending a range is day 7, so the range runs forwards
             if lo > hi:
                 raise err(spec.name, f"range {base!r} runs backwards (expected start <= end)")
         values.update(range(lo, hi + 1, step))
