@@ -1,0 +1,219 @@
+"""`gpushift schedule [--next N] [--json]` and `gpushift schedule check [FILE]`, without a daemon."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpushift.cli.schedule import schedule
+
+UTC = timezone.utc
+REPO = Path(__file__).resolve().parents[2]
+
+SCHEDULE = """# test schedule
+TZ=Asia/Shanghai
+0  8  *  *  1-5      vllm
+0  20 *  *  1-5      llama
+0  0  *  *  sat,sun  llama
+"""
+
+
+def write_config(tmp_path: Path, schedule_path: Path | None) -> Path:
+    cfg = tmp_path / "gpushift.toml"
+    daemon = f'[daemon]\nschedule = "{schedule_path}"\n' if schedule_path else ""
+    cfg.write_text(
+        daemon
+        + '[backends.vllm]\nunit = "gpushift-vllm.service"\nhealth_url = "http://127.0.0.1:8000/health"\n'
+        + '[backends.llama]\nunit = "gpushift-llama.service"\nhealth_url = "http://127.0.0.1:8080/health"\n',
+        encoding="utf-8",
+    )
+    return cfg
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    sched = tmp_path / "schedule"
+    sched.write_text(SCHEDULE, encoding="utf-8")
+    return write_config(tmp_path, sched), sched
+
+
+def run(config: Path | None, *args: str) -> Result:
+    # An explicit config path: the test never reads /etc/gpushift or $GPUSHIFT_CONFIG.
+    return CliRunner().invoke(schedule, list(args), obj={"config_path": str(config) if config else None})
+
+
+# ---- listing -------------------------------------------------------------------------------------
+
+
+def test_schedule_cli_lists_next_switches_with_local_and_utc_times(files: tuple[Path, Path]) -> None:
+    cfg, sched = files
+    r = run(cfg, "--next", "3", "--from", "2026-12-04 12:00")  # Friday noon, Shanghai time
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"Schedule {sched} (time zone Asia/Shanghai, TZ= on line 2)"
+    assert "In effect at Fri 2026-12-04 12:00 CST: vllm, since Fri 2026-12-04 08:00 CST (line 3" in lines[1]
+    rows = [line.split() for line in lines[3:]]
+    assert len(rows) == 4  # header + 3
+    assert rows[0][:5] == ["LOCAL", "UTC", "BACKEND", "LINE", "ENTRY"]
+    assert rows[1][:9] == ["Fri", "2026-12-04", "20:00", "CST", "2026-12-04", "12:00", "UTC", "llama", "4"]
+    assert rows[2][:9] == ["Sat", "2026-12-05", "00:00", "CST", "2026-12-04", "16:00", "UTC", "llama", "5"]
+    assert lines[5].endswith("(already in effect)")
+    assert rows[3][:9] == ["Sun", "2026-12-06", "00:00", "CST", "2026-12-05", "16:00", "UTC", "llama", "5"]
+
+
+def test_schedule_cli_json_is_machine_readable(files: tuple[Path, Path]) -> None:
+    cfg, sched = files
+    r = run(cfg, "--json", "--next", "2", "--from", "2026-12-04T21:00:00+08:00")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["schedule"] == str(sched) and doc["tz"] == "Asia/Shanghai" and doc["tz_line"] == 2
+    assert doc["at"] == "2026-12-04T13:00:00Z"
+    assert doc["in_effect"] == {
+        "utc": "2026-12-04T12:00:00Z",
+        "local": "2026-12-04T20:00:00+08:00",
+        "target": "llama",
+        "line": 4,
+        "entry": "0 20 * * 1-5",
+    }
+    assert doc["next"] == [
+        {
+            "utc": "2026-12-04T16:00:00Z",
+            "local": "2026-12-05T00:00:00+08:00",
+            "target": "llama",
+            "line": 5,
+            "entry": "0 0 * * sat,sun",
+            "changes": False,
+        },
+        {
+            "utc": "2026-12-05T16:00:00Z",
+            "local": "2026-12-06T00:00:00+08:00",
+            "target": "llama",
+            "line": 5,
+            "entry": "0 0 * * sat,sun",
+            "changes": False,
+        },
+    ]
+
+
+def test_schedule_cli_lists_from_now_by_default(files: tuple[Path, Path]) -> None:
+    cfg, _ = files
+    before = datetime.now(UTC).replace(microsecond=0)
+    r = run(cfg, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert len(doc["next"]) == 10
+    first = datetime.fromisoformat(doc["next"][0]["utc"].replace("Z", "+00:00"))
+    assert first > before
+    assert doc["in_effect"]["target"] in {"vllm", "llama"}
+
+
+def test_schedule_cli_bad_from_time_is_a_usage_error(files: tuple[Path, Path]) -> None:
+    cfg, _ = files
+    r = run(cfg, "--from", "next tuesday")
+    assert r.exit_code == 2
+    assert "--from" in r.stderr and "not a time" in r.stderr
+
+
+def test_schedule_cli_listing_fails_on_an_invalid_schedule(files: tuple[Path, Path]) -> None:
+    cfg, sched = files
+    sched.write_text("TZ=Asia/Shanghai\n0 8 * * 1-5 vllm\n0 25 * * 1-5 llama\n", encoding="utf-8")
+    r = run(cfg)
+    assert r.exit_code == 2
+    assert f"{sched}:3: hour: " in r.stderr
+
+
+def test_schedule_cli_listing_fails_on_a_broken_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "gpushift.toml"
+    cfg.write_text("[daemon\n", encoding="utf-8")
+    r = run(cfg)
+    assert r.exit_code == 2
+    assert f"{cfg}: not valid TOML" in r.stderr
+
+
+def test_schedule_cli_empty_schedule_says_it_never_switches(files: tuple[Path, Path]) -> None:
+    cfg, sched = files
+    sched.write_text("# nothing\n", encoding="utf-8")
+    r = run(cfg)
+    assert r.exit_code == 0, r.output
+    assert "no entries: it never switches" in r.stdout
+
+
+# ---- check ---------------------------------------------------------------------------------------
+
+
+def test_schedule_cli_check_valid_file_exits_zero_with_a_summary(files: tuple[Path, Path]) -> None:
+    cfg, sched = files
+    r = run(cfg, "check", str(sched))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(f"{sched}: OK: 3 entries, time zone Asia/Shanghai (TZ= on line 2)\n")
+    assert "  line 5: 0 0 * * sat,sun -> llama\n" in r.stdout
+    assert f"backend names checked against {cfg}" in r.stdout
+    assert "next switch: " in r.stdout
+
+
+def test_schedule_cli_check_defaults_to_the_configured_schedule(files: tuple[Path, Path]) -> None:
+    cfg, sched = files
+    r = run(cfg, "check")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(f"{sched}: OK: 3 entries")
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("TZ=Asia/Shanghai\n0 8 * * 1-5 vllm\n0 8 * * fry llama\n", ":3: day-of-week: "),
+        ("0 8 * * 1-5 vllm\nTZ=Asia/Shanghai\n", ":2: TZ: "),
+        (
+            "# c\n0 8 * * 1-5 vlm\n",
+            ":2: backend: 'vlm' is not a configured backend (expected one of: llama, vllm, off)",
+        ),
+    ],
+)
+def test_schedule_cli_check_invalid_file_exits_nonzero_naming_file_line_field(
+    files: tuple[Path, Path], tmp_path: Path, text: str, where: str
+) -> None:
+    cfg, _ = files
+    bad = tmp_path / "bad-schedule"
+    bad.write_text(text, encoding="utf-8")
+    r = run(cfg, "check", str(bad))
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    assert f"{bad}{where}" in r.stderr
+
+
+def test_schedule_cli_check_missing_file(files: tuple[Path, Path], tmp_path: Path) -> None:
+    cfg, _ = files
+    r = run(cfg, "check", str(tmp_path / "nope"))
+    assert r.exit_code == 2
+    assert f"{tmp_path / 'nope'}: schedule file not found" in r.stderr
+
+
+def test_schedule_cli_check_without_config_still_checks_syntax(tmp_path: Path) -> None:
+    sched = tmp_path / "schedule"
+    sched.write_text("TZ=Europe/Berlin\n0 8 * * 1-5 anything\n", encoding="utf-8")
+    missing_cfg = tmp_path / "missing.toml"
+    r = run(missing_cfg, "check", str(sched))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(f"{sched}: OK: 1 entry, time zone Europe/Berlin")
+    assert "backend names were NOT checked" in r.stderr and str(missing_cfg) in r.stderr
+    sched.write_text("TZ=Europe/Berlin\n0 8 * * 1-9 anything\n", encoding="utf-8")
+    r = run(missing_cfg, "check", str(sched))
+    assert r.exit_code == 2
+    assert f"{sched}:2: day-of-week: " in r.stderr
+
+
+def test_schedule_cli_check_without_config_or_file_fails_with_a_hint(tmp_path: Path) -> None:
+    r = run(tmp_path / "missing.toml", "check")
+    assert r.exit_code == 2
+    assert "config file not found" in r.stderr and "gpushift schedule check FILE" in r.stderr
+
+
+def test_schedule_cli_check_the_shipped_example(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, None)
+    r = run(cfg, "check", str(REPO / "etc/gpushift/schedule"))
+    assert r.exit_code == 0, r.output
+    assert ": OK: 3 entries, time zone Asia/Shanghai" in r.stdout
