@@ -77,10 +77,10 @@ test-gpu: venv
 	$(VENV)/bin/pytest -v -p no:cacheprovider tests/gpu
 
 demo: venv
-	bash scripts/demo.sh
+	$(PY) -m gpushift.demo run
 
 demo-stop:
-	bash scripts/demo.sh stop
+	$(PY) -m gpushift.demo stop
 
 bench: venv
 	$(PY) bench/ledger_list.py

@@ -9,6 +9,7 @@ Threads (docs/design.md has the full picture):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,7 +18,8 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from . import __version__, config as config_mod, wiring
+from . import __version__, wiring
+from . import config as config_mod
 from .errors import ConfigError, GpushiftError
 from .model import Caller, Trigger
 from .switcher import Event, Switcher
@@ -200,10 +202,8 @@ class Daemon:
         return False
 
     def _sighup(self) -> bool:
-        try:
+        with contextlib.suppress(ConfigError):
             self._reload("SIGHUP")
-        except ConfigError:
-            pass
         return True
 
 

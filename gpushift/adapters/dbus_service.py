@@ -36,7 +36,7 @@ def interface_xml() -> str:
     return resources.files("gpushift").joinpath("org.gpushift.Switcher1.xml").read_text()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dotted(name: str) -> type[Exception]:
     return type(name, (Exception,), {})
 

@@ -80,7 +80,9 @@ def _bus_kind(ctx: click.Context) -> str:
         return str(_config(ctx).daemon.bus)
     except GpushiftError:
         try:
-            text = open(config_mod.config_path(ctx.obj["config_path"]), encoding="utf-8").read()
+            from pathlib import Path
+
+            text = Path(config_mod.config_path(ctx.obj["config_path"])).read_text(encoding="utf-8")
             data = config_mod.tomllib.loads(text)
             bus = data.get("daemon", {}).get("bus", "system")
             return bus if bus in ("system", "session") else "system"

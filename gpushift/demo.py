@@ -1,0 +1,229 @@
+"""`make demo`: gpushift end to end on any Linux machine, no GPU needed.
+
+Boots a private systemd user manager and D-Bus session bus (gpushift.sandbox), installs the SHIPPED
+units/gpushift.service with a small drop-in (paths, log file, container-incompatible hardening off),
+two demo backends (gpushift.standin HTTP servers holding SIMULATED GPU device files), starts the
+daemon, switches with live progress, and prints status and the ledger.
+
+    python -m gpushift.demo [run]     # start (idempotent: a running demo is stopped first)
+    python -m gpushift.demo stop
+
+The unit and drop-in templates here are shared with the integration tests.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Everything this drop-in changes on the shipped unit, each for the reason its comment states.
+DAEMON_DROPIN = """\
+[Service]
+# path: the daemon comes from this checkout's virtualenv, not /usr/local/bin
+ExecStart=
+ExecStart={gpushift} daemon
+ExecReload=
+ExecReload={gpushift} reload
+# environment: where this instance's config lives
+Environment=GPUSHIFT_CONFIG={config}
+{extra_env}
+# log output: a container has no journald; keep the daemon's JSON lines in a file
+StandardOutput=append:{log}
+StandardError=append:{log}
+# hardening that needs new mount namespaces fails inside a container (226/NAMESPACE)
+ProtectSystem=no
+ProtectHome=no
+PrivateTmp=no
+ProtectKernelTunables=no
+ProtectKernelModules=no
+ProtectControlGroups=no
+"""
+
+
+def daemon_dropin(gpushift_bin: str, config: str, log: str, extra_env: Sequence[str] = ()) -> str:
+    return DAEMON_DROPIN.format(
+        gpushift=gpushift_bin,
+        config=config,
+        log=log,
+        extra_env="\n".join(f"Environment={e}" for e in extra_env),
+    )
+
+
+def standin_unit(
+    description: str,
+    port: int,
+    version: str,
+    devices: Sequence[str],
+    log: str,
+    conflicts: Sequence[str] = (),
+    args: Sequence[str] = (),
+    timeout_stop_s: int = 3,
+    exec_start: str | None = None,
+    python: str = sys.executable,
+) -> str:
+    """A backend unit running the stand-in server; ``${STANDIN_*}`` are expanded by systemd."""
+    holds = " ".join(f"--hold-device {d}" for d in devices)
+    cmd = exec_start or (
+        f"{python} -m gpushift.standin --port ${{STANDIN_PORT}} --version ${{STANDIN_VERSION}} "
+        f"{holds} {' '.join(args)}"
+    ).strip()
+    conflict_line = f"Conflicts={' '.join(conflicts)}\n" if conflicts else ""
+    return f"""\
+[Unit]
+Description={description}
+{conflict_line}
+[Service]
+Type=simple
+Environment=STANDIN_PORT={port}
+Environment=STANDIN_VERSION={version}
+Environment=PYTHONUNBUFFERED=1
+ExecStart={cmd}
+KillMode=control-group
+SendSIGKILL=yes
+TimeoutStopSec={timeout_stop_s}
+StandardOutput=append:{log}
+StandardError=append:{log}
+"""
+
+
+def _demo_dir() -> Path:
+    return Path(os.environ.get("GPUSHIFT_DEMO_DIR", REPO / ".demo")).resolve()
+
+
+def _say(msg: str) -> None:
+    print(f"\n==> {msg}", flush=True)
+
+
+def stop() -> int:
+    from .sandbox import Sandbox
+
+    d = _demo_dir()
+    if not (d / "sandbox.json").exists() and not any(d.glob("*.json")):
+        print(f"no demo running under {d}")
+        return 0
+    try:
+        Sandbox.attach(d).stop()
+    except Exception as e:  # a half-started demo: say what happened, do not hide it
+        print(f"stopping the demo under {d}: {e}", file=sys.stderr)
+        return 1
+    print(f"demo stopped (its files stay in {d})")
+    return 0
+
+
+def run() -> int:
+    from .sandbox import Sandbox
+
+    d = _demo_dir()
+    if d.exists():
+        stop()
+    d.mkdir(parents=True, exist_ok=True)
+    gpushift_bin = str(Path(sys.executable).parent / "gpushift")
+    _say(f"booting a private systemd user manager and D-Bus session bus under {d}")
+    sb = Sandbox(d).start()
+    state = d / "state"
+    cfg = d / "gpushift.toml"
+    simdir = state / "simgpu"
+    cfg.write_text(
+        f"""\
+# gpushift demo config: session bus, SIMULATED GPUs (a 2x V100 16GB host)
+[daemon]
+bus = "session"
+state_dir = "{state}"
+runtime_dir = "{d / "run"}"
+on_failure = "rollback"
+
+[gpu]
+provider = "simulated"
+simulated_gpus = 2
+simulated_total_mib = 16384
+release_timeout_s = 10
+
+[backends.demo-day]
+unit = "demo-day.service"
+health_url = "http://127.0.0.1:18000/health"
+version_url = "http://127.0.0.1:18000/version"
+metrics_url = "http://127.0.0.1:18000/metrics"
+start_timeout_s = 30
+gpus = [0, 1]
+simulated_vram_mib = 14500
+
+[backends.demo-night]
+unit = "demo-night.service"
+health_url = "http://127.0.0.1:18080/health"
+version_url = "http://127.0.0.1:18080/version"
+metrics_url = "http://127.0.0.1:18080/metrics"
+start_timeout_s = 30
+gpus = [0, 1]
+simulated_vram_mib = 6800
+"""
+    )
+    devices = [str(simdir / "nvidia0"), str(simdir / "nvidia1")]
+    sb.install_unit(
+        "demo-day.service",
+        standin_unit('gpushift demo backend "demo-day" (stand-in for vLLM)', 18000, "0.8.5-demo",
+                     devices, str(d / "demo-day.log"), conflicts=["demo-night.service"],
+                     args=["--start-delay", "2"]),
+    )
+    sb.install_unit(
+        "demo-night.service",
+        standin_unit('gpushift demo backend "demo-night" (stand-in for llama-server)', 18080,
+                     "b6143-demo", devices, str(d / "demo-night.log"),
+                     conflicts=["demo-day.service"], args=["--start-delay", "1"]),
+    )
+    sb.install_unit("gpushift.service", (REPO / "units" / "gpushift.service").read_text())
+    sb.install_dropin("gpushift.service", "50-demo.conf",
+                      daemon_dropin(gpushift_bin, str(cfg), str(d / "daemon.log")))
+    sb.daemon_reload()
+    _say("starting the shipped gpushift.service (Type=notify: systemd waits for READY=1)")
+    r = sb.systemctl("start", "gpushift.service", check=False, timeout_s=90)
+    if r.returncode != 0:
+        print(r.stderr, file=sys.stderr)
+        print((d / "daemon.log").read_text(errors="replace")[-3000:], file=sys.stderr)
+        return 1
+    print(sb.systemctl("status", "gpushift.service", "--lines=0", check=False).stdout)
+
+    env = dict(sb.env, GPUSHIFT_CONFIG=str(cfg))
+
+    def gs(*args: str) -> int:
+        print(f"$ gpushift {' '.join(args)}", flush=True)
+        return subprocess.run([gpushift_bin, *args], env=env).returncode
+
+    steps = [
+        ("morning: the team's API comes up", ("switch", "demo-day", "--reason", "demo: morning")),
+        ("evening: switch the GPUs to the night backend", ("switch", "demo-night", "--reason", "demo: evening")),
+        ("status", ("status",)),
+        ("the deployment ledger", ("ledger",)),
+    ]
+    for title, args in steps:
+        _say(title)
+        if gs(*args) not in (0,):
+            print(f"demo step failed: gpushift {' '.join(args)}", file=sys.stderr)
+            print((d / "daemon.log").read_text(errors="replace")[-3000:], file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    _say("the demo is still running")
+    print(f"  try:    source {d}/env; export GPUSHIFT_CONFIG={cfg}; {gpushift_bin} status")
+    print(f"  logs:   {d}/daemon.log (one JSON object per line)")
+    print("  stop:   make demo-stop")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    cmd = args[0] if args else "run"
+    if cmd == "run":
+        return run()
+    if cmd == "stop":
+        return stop()
+    print("usage: python -m gpushift.demo [run|stop]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""A gpushift installation inside a private systemd user manager, for end-to-end tests.
+
+`GpushiftEnv` writes a config (session bus, simulated GPUs), installs stand-in backend units (real
+HTTP servers from `gpushift.standin` that hold simulated GPU device files), installs the SHIPPED
+`units/gpushift.service` with a test drop-in, starts it, and runs the real CLI as a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpushift.demo import daemon_dropin, standin_unit
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+GPUSHIFT = str(VENV_BIN / "gpushift")
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Backend:
+    name: str
+    port: int
+    gpus: list[int]
+    version: str = "1.0.0"
+    vram_mib: int = 6000
+    args: list[str] = field(default_factory=list)  # extra stand-in flags
+    start_timeout_s: float = 20.0
+    timeout_stop_s: int = 3
+    exec_start: str | None = None  # replaces the stand-in entirely (e.g. a missing binary)
+
+    @property
+    def unit(self) -> str:
+        return f"gs-{self.name}.service"
+
+
+class GpushiftEnv:
+    """One daemon, its config and its backends inside a Sandbox."""
+
+    def __init__(self, sandbox: Any, base: Path, backends: list[Backend], **daemon_opts: Any) -> None:
+        self.sb = sandbox
+        self.base = base
+        self.backends = {b.name: b for b in backends}
+        self.state_dir = base / "state"
+        self.runtime_dir = base / "run"
+        self.simdir = self.state_dir / "simgpu"
+        self.config_path = base / "gpushift.toml"
+        self.log_path = base / "daemon.log"
+        self.opts = {
+            "on_failure": "rollback",
+            "release_timeout_s": 3,
+            "residual_mib": 256,
+            "simulated_release_delay_s": 0.3,
+            "simulated_foreign_mib": 9318,
+            "poll_interval_s": 0.2,
+        }
+        self.opts.update(daemon_opts)
+        self.extra_env: list[str] = []
+
+    # ------------------------------------------------------------ setup
+
+    def config_text(self) -> str:
+        o = self.opts
+        lines = [
+            "[daemon]",
+            'bus = "session"',
+            f'state_dir = "{self.state_dir}"',
+            f'runtime_dir = "{self.runtime_dir}"',
+            f'on_failure = "{o["on_failure"]}"',
+            f"poll_interval_s = {o['poll_interval_s']}",
+            "stop_timeout_s = 30",
+        ]
+        if o.get("schedule"):
+            lines.append(f'schedule = "{o["schedule"]}"')
+        lines += [
+            "",
+            "[gpu]",
+            'provider = "simulated"',
+            "simulated_gpus = 2",
+            "simulated_total_mib = 16384",
+            f"residual_mib = {o['residual_mib']}",
+            f"release_timeout_s = {o['release_timeout_s']}",
+            f"simulated_release_delay_s = {o['simulated_release_delay_s']}",
+            f"simulated_foreign_mib = {o['simulated_foreign_mib']}",
+        ]
+        for b in self.backends.values():
+            lines += [
+                "",
+                f"[backends.{b.name}]",
+                f'unit = "{b.unit}"',
+                f'health_url = "http://127.0.0.1:{b.port}/health"',
+                f'version_url = "http://127.0.0.1:{b.port}/version"',
+                f'metrics_url = "http://127.0.0.1:{b.port}/metrics"',
+                f"start_timeout_s = {b.start_timeout_s}",
+                "drain_timeout_s = 10",
+                f"gpus = {json.dumps(b.gpus)}",
+                f"simulated_vram_mib = {b.vram_mib}",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def unit_text(self, b: Backend) -> str:
+        return standin_unit(
+            f"gpushift test backend {b.name} (stand-in)",
+            b.port,
+            b.version,
+            [str(self.simdir / f"nvidia{i}") for i in b.gpus],
+            str(self.base / f"{b.name}.log"),
+            conflicts=[o.unit for o in self.backends.values() if o.name != b.name],
+            args=[a.format(simdir=self.simdir) for a in b.args],
+            timeout_stop_s=b.timeout_stop_s,
+            exec_start=b.exec_start,
+        )
+
+    def write_config(self, text: str | None = None) -> None:
+        self.config_path.write_text(text if text is not None else self.config_text())
+
+    def install(self) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.write_config()
+        for b in self.backends.values():
+            self.sb.install_unit(b.unit, self.unit_text(b))
+        self.sb.install_unit("gpushift.service", (REPO / "units" / "gpushift.service").read_text())
+        self.sb.install_dropin(
+            "gpushift.service",
+            "50-test.conf",
+            daemon_dropin(GPUSHIFT, str(self.config_path), str(self.log_path), self.extra_env),
+        )
+        self.sb.daemon_reload()
+
+    def start_daemon(self) -> None:
+        r = self.sb.systemctl("start", "gpushift.service", check=False, timeout_s=90)
+        if r.returncode != 0:
+            raise AssertionError(
+                f"gpushift.service did not start: {r.stderr}\n--- daemon log:\n{self.daemon_log()}"
+            )
+
+    def up(self) -> GpushiftEnv:
+        self.install()
+        self.start_daemon()
+        return self
+
+    # ------------------------------------------------------------ using it
+
+    def cli(self, *args: str, timeout_s: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
+        env = dict(self.sb.env)
+        env["GPUSHIFT_CONFIG"] = str(self.config_path)
+        r = subprocess.run([GPUSHIFT, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
+        if check and r.returncode != 0:
+            raise AssertionError(
+                f"gpushift {' '.join(args)} exited {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}"
+                f"\n--- daemon log:\n{self.daemon_log()[-4000:]}"
+            )
+        return r
+
+    def cli_popen(self, *args: str) -> subprocess.Popen[str]:
+        env = dict(self.sb.env)
+        env["GPUSHIFT_CONFIG"] = str(self.config_path)
+        return subprocess.Popen([GPUSHIFT, *args], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def status(self) -> dict[str, Any]:
+        r = self.cli("status", "--json")
+        try:
+            return dict(json.loads(r.stdout))
+        except ValueError:
+            raise AssertionError(f"status --json printed no JSON: {r.stdout!r} {r.stderr!r}") from None
+
+    def ledger(self) -> list[dict[str, Any]]:
+        r = self.cli("ledger", "--json", "--limit", "50", check=True)
+        return list(json.loads(r.stdout))
+
+    def ledger_row(self, row_id: int) -> dict[str, Any]:
+        r = self.cli("ledger", "show", str(row_id), "--json", check=True)
+        return dict(json.loads(r.stdout))
+
+    def active_state(self, unit: str) -> str:
+        return self.sb.show(unit, "ActiveState")["ActiveState"]
+
+    def main_pid(self, unit: str) -> int:
+        return int(self.sb.show(unit, "MainPID")["MainPID"])
+
+    def daemon_log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no daemon log)"
+
+    def wait_for(self, predicate: Any, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{self.daemon_log()[-3000:]}")
+
+    def hold_device(self, gpu: int) -> subprocess.Popen[bytes]:
+        """A foreign process (outside every backend unit) holding a simulated GPU."""
+        return subprocess.Popen(
+            [PY, "-m", "gpushift.adapters.simgpu", "hold", str(self.simdir / f"nvidia{gpu}")],
+            start_new_session=True,
+        )
+
+
+def end(proc: subprocess.Popen[Any]) -> None:
+    """Stop a process this test started (by PID), even when it ignores SIGTERM."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def env_dirs(tmp_root: str) -> Path:
+    p = Path(tmp_root)
+    p.mkdir(parents=True, exist_ok=True)
+    os.chmod(p, 0o755)
+    return p
