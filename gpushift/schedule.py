@@ -443,12 +443,19 @@ def _value(text: str, spec: _FieldSpec, item: str, err: _ErrFactory) -> int:
     if _NUMBER.fullmatch(text):
         v = int(text) if len(text) <= 4 else spec.high + 1
         if not spec.low <= v <= spec.high:
-            raise err(spec.name, f"{text!r} in {item!r} is out of range (expected {spec.expected})")
+            what = repr(text) if text == item else f"{text!r} in {item!r}"
+            raise err(spec.name, f"{what} is out of range (expected {spec.expected})")
         return v
     name = text.lower()
     if name in spec.names:
         return spec.names[name]
-    what = f"{text!r} in {item!r}" if text else f"a missing value in {item!r}"
+    what = (
+        f"a missing value in {item!r}"
+        if not text
+        else repr(text)
+        if text == item
+        else f"{text!r} in {item!r}"
+    )
     raise err(spec.name, f"{what} is not valid (expected {spec.expected})")
 
 
