@@ -735,7 +735,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             print(f"sandbox: {e}", file=sys.stderr)
             return 1
         print(f"sandbox: systemd --user pid {sb.manager_pid}, dbus-daemon pid {sb.dbus_pid}")
-        print(f"sandbox: . {sb.base_dir / _ENV_FILE}   # then systemctl --user ... talks to it")
+        print(f"sandbox: . {Path(args.dir) / _ENV_FILE}   # then systemctl --user ... talks to it")
         print(f"sandbox: python -m gpushift.sandbox stop --dir {args.dir}   # to end it")
         return 0
     try:

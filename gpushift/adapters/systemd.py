@@ -1,0 +1,422 @@
+"""L4: systemd through its D-Bus API (pydbus): the :class:`gpushift.ports.UnitControl` port.
+
+Every read is asked of systemd at that moment (no cache): the switcher gates its decisions on it.
+
+Waiting for a job.  ``StartUnit``/``StopUnit`` return a job path; the job's end is the
+``JobRemoved(id, job, unit, result)`` signal, which systemd only sends to clients that called
+``Manager.Subscribe()`` and which may arrive before the method call has returned.  So, per call:
+
+1. a private ``GLib.MainContext`` is made thread-default just long enough to subscribe to
+   ``JobRemoved``: GDBus delivers a subscription's signals to the context that was thread-default
+   when it was made, so these callbacks run ONLY when the calling thread iterates that context;
+2. ``Subscribe()`` (once per connection) and the subscription both exist before ``StartUnit``;
+3. after the call returns, the calling thread iterates its private context until the signal for
+   its job path has been seen (results are kept by job path, so an early signal is never lost).
+
+This works the same whether the caller is a plain test (no main loop anywhere), a switch worker
+thread while the daemon's GLib main loop runs in another thread (that loop never sees these
+callbacks, and this thread never needs it), or the loop thread itself.  As a safety net, and for
+connections created with ``wait="poll"``, the job object is polled: when it is gone and no signal
+came, the result is inferred from the unit's state (see :meth:`SystemdUnits._infer`).
+
+pydbus and gi are imported lazily, inside this module only (gpushift must import without them, and
+``gpushift --help`` must start fast).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from typing import Any
+
+from ..errors import SystemdError
+from ..model import JobResult, UnitState
+
+SYSTEMD_BUS_NAME = "org.freedesktop.systemd1"
+SYSTEMD_PATH = "/org/freedesktop/systemd1"
+MANAGER_IFACE = "org.freedesktop.systemd1.Manager"
+UNIT_IFACE = "org.freedesktop.systemd1.Unit"
+SERVICE_IFACE = "org.freedesktop.systemd1.Service"
+JOB_IFACE = "org.freedesktop.systemd1.Job"
+PROPS_IFACE = "org.freedesktop.DBus.Properties"
+
+#: How long a single D-Bus call may take (pydbus's proxies wait forever by default).
+DEFAULT_CALL_TIMEOUT_S = 25.0
+
+#: After the job object is gone, how long to keep waiting for its JobRemoved before inferring.
+_SIGNAL_GRACE_S = 1.0
+
+_REMOTE_ERROR = re.compile(r"^GDBus\.Error:(?P<name>[\w.]+):\s*(?P<msg>.*)$", re.DOTALL)
+
+
+def connect(bus_kind: str, address: str | None = None) -> Any:
+    """Open the bus gpushift talks to systemd (and its clients) on.
+
+    Args:
+        bus_kind: ``"system"`` (production) or ``"session"`` (tests and the demo).
+        address: a D-Bus address to use instead of the default for ``bus_kind``.  For
+            ``"session"`` the default is ``$DBUS_SESSION_BUS_ADDRESS`` read NOW, through a
+            connection of our own (not GLib's process-wide singleton, which would keep the address
+            of the first bus a test process ever used).
+
+    Returns:
+        A pydbus bus (``.con`` is the ``Gio.DBusConnection``).
+
+    Raises:
+        SystemdError: the bus cannot be reached.
+        ValueError: ``bus_kind`` is neither ``"system"`` nor ``"session"``.
+    """
+    if bus_kind not in ("system", "session"):
+        raise ValueError(f"bus must be 'system' or 'session', not {bus_kind!r}")
+    import pydbus
+    from gi.repository import GLib
+
+    try:
+        if address is None and bus_kind == "session":
+            address = os.environ.get("DBUS_SESSION_BUS_ADDRESS") or None
+        if address is not None:
+            return pydbus.connect(address)
+        return pydbus.SystemBus() if bus_kind == "system" else pydbus.SessionBus()
+    except GLib.Error as e:
+        where = address or f"the {bus_kind} bus"
+        raise SystemdError(f"cannot connect to {where}: {_remote(e)[1]}") from e
+
+
+def _remote(e: BaseException) -> tuple[str | None, str]:
+    """(D-Bus error name or None, message without GDBus's prefix) of a GLib.Error."""
+    message = str(getattr(e, "message", None) or e)
+    m = _REMOTE_ERROR.match(message)
+    if m:
+        return m.group("name"), m.group("msg").strip()
+    return None, message.strip()
+
+
+def _is_glib_error(e: BaseException) -> bool:
+    from gi.repository import GLib
+
+    return isinstance(e, GLib.Error)
+
+
+class _JobWaiter:
+    """JobRemoved signals delivered to a private main context that only the calling thread iterates."""
+
+    def __init__(self, con: Any) -> None:
+        from gi.repository import Gio, GLib
+
+        self._con = con
+        self._ctx = GLib.MainContext.new()
+        self.results: dict[str, tuple[str, str]] = {}  # job path -> (unit, result)
+        self._ctx.push_thread_default()
+        try:
+            self._sub = con.signal_subscribe(
+                SYSTEMD_BUS_NAME,
+                MANAGER_IFACE,
+                "JobRemoved",
+                SYSTEMD_PATH,
+                None,
+                Gio.DBusSignalFlags.NONE,
+                self._on_job_removed,
+            )
+        finally:
+            self._ctx.pop_thread_default()
+        # A ticking source bounds each blocking iteration, so a wait can notice its deadline.
+        self._tick = GLib.timeout_source_new(50)
+        self._tick.set_callback(lambda *_: True)
+        self._tick.attach(self._ctx)
+
+    def _on_job_removed(
+        self, _con: Any, _sender: str, _path: str, _iface: str, _member: str, params: Any
+    ) -> None:
+        _job_id, job, unit, result = params.unpack()
+        self.results[str(job)] = (str(unit), str(result))
+
+    def wait(self, job: str, seconds: float) -> str | None:
+        """Iterate the private context up to ``seconds``; the job's result, or None if not seen yet."""
+        deadline = time.monotonic() + max(0.0, seconds)
+        while job not in self.results:
+            self._ctx.iteration(True)  # returns at the latest on the next 50 ms tick
+            if time.monotonic() >= deadline:
+                break
+        found = self.results.get(job)
+        return found[1] if found else None
+
+    def close(self) -> None:
+        self._con.signal_unsubscribe(self._sub)
+        self._tick.destroy()
+        while self._ctx.pending():  # drop callbacks queued before the unsubscribe
+            self._ctx.iteration(False)
+
+
+class SystemdUnits:
+    """:class:`gpushift.ports.UnitControl` over the systemd manager on ``bus``.
+
+    Thread-safe: any thread may call any method, concurrently (each job wait has its own context).
+    """
+
+    def __init__(
+        self, bus: Any, *, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, wait: str = "signal"
+    ) -> None:
+        """Args:
+        bus: a pydbus bus (see :func:`connect`).
+        call_timeout_s: the most one D-Bus call may take.
+        wait: ``"signal"`` (JobRemoved, with polling as a safety net) or ``"poll"`` (poll the job
+            object only: for a caller that cannot receive signals).
+        """
+        if wait not in ("signal", "poll"):
+            raise ValueError(f"wait must be 'signal' or 'poll', not {wait!r}")
+        self._bus = bus
+        self._con = bus.con
+        self._call_timeout_s = call_timeout_s
+        self._wait = wait
+        self._lock = threading.Lock()
+        self._manager: Any = None
+        self._subscribed = False
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _mgr(self) -> Any:
+        with self._lock:
+            if self._manager is None:
+                try:
+                    self._manager = self._bus.get(
+                        SYSTEMD_BUS_NAME, SYSTEMD_PATH, timeout=self._call_timeout_s
+                    )
+                except Exception as e:
+                    if _is_glib_error(e):
+                        raise self._error("connect to systemd", None, e) from e
+                    raise
+            return self._manager
+
+    def _error(self, what: str, unit: str | None, e: BaseException) -> SystemdError:
+        name, msg = _remote(e)
+        subject = f"{what} {unit}" if unit else what
+        if "Timeout was reached" in msg:
+            msg = f"systemd did not answer within {self._call_timeout_s:g} s"
+        return SystemdError(f"systemd: {subject}: {msg}" + (f" ({name})" if name else ""))
+
+    def _call(self, what: str, unit: str | None, fn: Any, *args: Any, timeout_s: float | None = None) -> Any:
+        """Call a manager method with a timeout, translating D-Bus failures into SystemdError."""
+        try:
+            return fn(*args, timeout=timeout_s if timeout_s is not None else self._call_timeout_s)
+        except Exception as e:
+            if _is_glib_error(e):
+                raise self._error(what, unit, e) from e
+            raise
+
+    def _get_all(self, path: str, iface: str, unit: str) -> dict[str, Any]:
+        from gi.repository import GLib
+
+        try:
+            reply = self._con.call_sync(
+                SYSTEMD_BUS_NAME,
+                path,
+                PROPS_IFACE,
+                "GetAll",
+                GLib.Variant("(s)", (iface,)),
+                GLib.VariantType.new("(a{sv})"),
+                0,
+                int(self._call_timeout_s * 1000),
+                None,
+            )
+        except GLib.Error as e:
+            raise self._error("read the properties of", unit, e) from e
+        return dict(reply.unpack()[0])
+
+    def _job_exists(self, job: str, unit: str) -> bool:
+        from gi.repository import GLib
+
+        try:
+            self._con.call_sync(
+                SYSTEMD_BUS_NAME,
+                job,
+                PROPS_IFACE,
+                "Get",
+                GLib.Variant("(ss)", (JOB_IFACE, "State")),
+                GLib.VariantType.new("(v)"),
+                0,
+                int(self._call_timeout_s * 1000),
+                None,
+            )
+        except GLib.Error as e:
+            name, _ = _remote(e)
+            if name in (
+                "org.freedesktop.DBus.Error.UnknownObject",
+                "org.freedesktop.DBus.Error.UnknownMethod",
+            ):
+                return False
+            raise self._error("follow the job of", unit, e) from e
+        return True
+
+    def _ensure_subscribed(self) -> None:
+        # systemd sends JobRemoved only to connections that subscribed (one subscription per
+        # connection; a second Subscribe() answers AlreadySubscribed, which is fine).
+        if self._subscribed:
+            return
+        mgr = self._mgr()
+        try:
+            mgr.Subscribe(timeout=self._call_timeout_s)
+        except Exception as e:
+            if not _is_glib_error(e):
+                raise
+            if _remote(e)[0] != "org.freedesktop.systemd1.AlreadySubscribed":
+                raise self._error("subscribe to", "job signals", e) from e
+        self._subscribed = True
+
+    # ------------------------------------------------------------------ the port
+
+    def state(self, unit: str) -> UnitState:
+        """What systemd says about ``unit`` right now (LoadUnit: reads the file if not loaded yet).
+
+        A unit without a file comes back with ``load_state == "not-found"`` (no exception): the
+        caller decides what a missing unit means.
+
+        Raises:
+            SystemdError: systemd cannot be asked, or the name is not a valid unit name.
+        """
+        mgr = self._mgr()
+        path = self._call("load", unit, mgr.LoadUnit, unit)
+        u = self._get_all(path, UNIT_IFACE, unit)
+        s = self._get_all(path, SERVICE_IFACE, unit) if unit.endswith(".service") else {}
+        exec_start: tuple[str, ...] = ()
+        commands = s.get("ExecStart") or []
+        if commands:
+            # a(sasbttttuii): (path, argv, ignore-failure, timestamps..., pid, code, status).  argv is
+            # the command as written: ${VAR} is NOT expanded here (/proc/MainPID/cmdline has that).
+            exec_start = tuple(str(a) for a in commands[0][1])
+        return UnitState(
+            name=unit,
+            load_state=str(u.get("LoadState", "")),
+            active_state=str(u.get("ActiveState", "")),
+            sub_state=str(u.get("SubState", "")),
+            result=str(s.get("Result", "success")),
+            main_pid=int(s.get("MainPID", 0)),
+            exec_start=exec_start,
+            fragment_path=str(u.get("FragmentPath", "")),
+            drop_in_paths=tuple(str(p) for p in u.get("DropInPaths", ())),
+            environment=tuple(str(e) for e in s.get("Environment", ())),
+            # A leading "!" is systemd's "missing is fine" flag, not part of the path.
+            working_directory=str(s.get("WorkingDirectory", "")).lstrip("!"),
+            user=str(s.get("User", "")),
+            kill_mode=str(s.get("KillMode", "")),
+            send_sigkill=bool(s.get("SendSIGKILL", True)),
+            timeout_stop_usec=int(s.get("TimeoutStopUSec", 0)),
+            conflicts=tuple(str(c) for c in u.get("Conflicts", ())),
+        )
+
+    def start(self, unit: str, timeout_s: float) -> JobResult:
+        """StartUnit(replace) and wait for the job to end.
+
+        For ``Type=simple`` a ``done`` start job means only that systemd forked the process: watch
+        :meth:`state` (and the health URL) afterwards.
+
+        Raises:
+            SystemdError: the job could not be queued (e.g. the unit does not exist), or it did not
+                end within ``timeout_s``.
+        """
+        return self._run_job("StartUnit", "start", unit, timeout_s)
+
+    def stop(self, unit: str, timeout_s: float) -> JobResult:
+        """StopUnit(replace) and wait for the job to end (systemd SIGKILLs after TimeoutStopSec).
+
+        Raises:
+            SystemdError: the job could not be queued (e.g. the unit is not loaded), or it did not
+                end within ``timeout_s``.
+        """
+        return self._run_job("StopUnit", "stop", unit, timeout_s)
+
+    def reset_failed(self, unit: str) -> None:
+        """ResetFailedUnit: forget a failed state (and the start rate limit, ``Result=start-limit``).
+
+        A unit systemd has not loaded has nothing to reset: that is not an error.
+        """
+        mgr = self._mgr()
+        try:
+            mgr.ResetFailedUnit(unit, timeout=self._call_timeout_s)
+        except Exception as e:
+            if not _is_glib_error(e):
+                raise
+            if _remote(e)[0] != "org.freedesktop.systemd1.NoSuchUnit":
+                raise self._error("reset-failed", unit, e) from e
+
+    def processes(self, unit: str) -> list[int]:
+        """PIDs in the unit's cgroup (GetUnitProcesses); empty when it has none.
+
+        A unit systemd has not loaded (never started, or unloaded once inactive) has no processes.
+
+        Raises:
+            SystemdError: systemd cannot be asked.
+        """
+        mgr = self._mgr()
+        try:
+            rows = mgr.GetUnitProcesses(unit, timeout=self._call_timeout_s)
+        except Exception as e:
+            if not _is_glib_error(e):
+                raise
+            if _remote(e)[0] == "org.freedesktop.systemd1.NoSuchUnit":
+                return []
+            raise self._error("list the processes of", unit, e) from e
+        return sorted({int(pid) for _cgroup, pid, _cmdline in rows})
+
+    # ------------------------------------------------------------------ jobs
+
+    def _run_job(self, method: str, verb: str, unit: str, timeout_s: float) -> JobResult:
+        deadline = time.monotonic() + timeout_s
+        mgr = self._mgr()
+        before = self._inactive_exit(unit) if verb == "start" else 0
+        waiter: _JobWaiter | None = None
+        if self._wait == "signal":
+            self._ensure_subscribed()
+            waiter = _JobWaiter(self._con)  # BEFORE the call: the signal may beat its reply
+        try:
+            call_timeout = min(self._call_timeout_s, max(1.0, deadline - time.monotonic()))
+            job = str(self._call(verb, unit, getattr(mgr, method), unit, "replace", timeout_s=call_timeout))
+            gone_since: float | None = None
+            while True:
+                if waiter is not None:
+                    result = waiter.wait(job, min(1.0, max(0.0, deadline - time.monotonic())))
+                    if result is not None:
+                        return JobResult(unit=unit, job=job, result=result)
+                else:
+                    time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+                now = time.monotonic()
+                if gone_since is None and not self._job_exists(job, unit):
+                    gone_since = now
+                # The job object disappears as the signal is sent; give the signal a moment to
+                # arrive before falling back to what the unit's state says.
+                if gone_since is not None and (waiter is None or now - gone_since >= _SIGNAL_GRACE_S):
+                    return JobResult(unit=unit, job=job, result=self._infer(verb, unit, before))
+                if now >= deadline:
+                    raise SystemdError(
+                        f"systemd: {verb} {unit}: job {job} did not finish within {timeout_s:g} s "
+                        f"(unit {self._describe(unit)})"
+                    )
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+    def _inactive_exit(self, unit: str) -> int:
+        path = self._call("load", unit, self._mgr().LoadUnit, unit)
+        return int(self._get_all(path, UNIT_IFACE, unit).get("InactiveExitTimestampMonotonic", 0))
+
+    def _infer(self, verb: str, unit: str, before: int) -> str:
+        """The job's result from the unit's state, when its JobRemoved was not seen.
+
+        start: ``done`` when the unit is up, or when it left ``inactive`` after our call (it was
+        forked, then failed: what JobRemoved also says for ``Type=simple``); ``failed`` otherwise.
+        stop: ``done`` when the unit is inactive or failed; ``failed`` otherwise.
+        """
+        st = self.state(unit)
+        if verb == "stop":
+            return "done" if st.active_state in ("inactive", "failed") else "failed"
+        if st.active_state in ("active", "activating", "reloading"):
+            return "done"
+        return "done" if self._inactive_exit(unit) > before else "failed"
+
+    def _describe(self, unit: str) -> str:
+        try:
+            st = self.state(unit)
+        except SystemdError as e:
+            return f"state unknown: {e}"
+        return f"{st.active_state}/{st.sub_state}"

@@ -1,0 +1,314 @@
+"""A stand-in inference backend: a small HTTP server that behaves like vLLM / llama-server where gpushift looks.
+
+Integration tests and ``make demo`` run it as a backend unit instead of a real model server::
+
+    python -m gpushift.standin --port 8000 --version 0.9.1 --hold-device /var/lib/gpushift/simgpu/nvidia0
+
+Endpoints:
+    GET  /health          503 ``{"status": "loading"}`` during ``--start-delay``, then 200
+                          ``{"status": "ok"}`` (never 200 with ``--never-ready``)
+    GET  /version         ``{"version": V}``
+    GET  /metrics         Prometheus text: ``standin:requests_running`` and the vLLM names
+                          ``vllm:num_requests_running`` / ``vllm:num_requests_waiting``
+    POST /v1/completions  sleeps ``--request-seconds`` (or the body's ``"sleep"``), counted as running
+                          meanwhile, then answers a small OpenAI-shaped completion
+
+Misbehaviours on request (each one a failure gpushift must survive):
+    --exit-at-once             exit 1 at once, like a missing binary or a bad flag
+    --never-ready              serve, but /health never says 200
+    --ignore-sigterm           ignore SIGTERM: systemd SIGKILLs it after TimeoutStopSec
+    --orphan-on-sigterm PATH   on SIGTERM, first leave a process OUTSIDE this unit's cgroup (a
+                               transient scope made by ``systemd-run --user --scope``) holding PATH
+                               open, print its pid (and write it to --orphan-pid-file), then exit:
+                               the VRAM holder that a finished stop job does not account for
+    --hold-device PATH ...     keep these (simulated GPU device) files open for its whole life,
+                               as a real server maps the device
+
+It logs one line per event to stdout (a unit's ``StandardOutput=append:FILE`` keeps them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, BinaryIO
+
+
+def log(message: str) -> None:
+    """One line to stdout, flushed at once (systemd appends it to the unit's log file)."""
+    print(f"standin[{os.getpid()}] {time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+class StandinState:
+    """What the server knows: when it started, its flags, and how many requests run right now."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.started = time.monotonic()
+        self.running = 0
+        self.served = 0
+        self.lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        return not self.args.never_ready and time.monotonic() - self.started >= self.args.start_delay
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "gpushift-standin"
+    state: StandinState  # set on the subclass made by make_server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log(f"{self.address_string()} {format % args}")
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def do_GET(self) -> None:
+        st = self.state
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            if st.ready:
+                self._json(200, {"status": "ok"})
+            else:
+                # llama-server answers 503 while the model loads (vLLM refuses the connection).
+                self._json(503, {"status": "loading", "error": {"message": "Loading model", "code": 503}})
+        elif path == "/version":
+            self._json(200, {"version": st.args.version})
+        elif path == "/metrics":
+            with st.lock:
+                running, served = st.running, st.served
+            text = (
+                "# HELP standin:requests_running Requests being answered right now.\n"
+                "# TYPE standin:requests_running gauge\n"
+                f"standin:requests_running {running}\n"
+                "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+                "# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{model_name="standin"}} {float(running)}\n'
+                "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                'vllm:num_requests_waiting{model_name="standin"} 0.0\n'
+                "# HELP standin:requests_total Requests answered since start.\n"
+                "# TYPE standin:requests_total counter\n"
+                f"standin:requests_total {served}\n"
+            )
+            self._send(200, text.encode(), "text/plain; version=0.0.4")
+        else:
+            self._json(404, {"error": f"no such path {path}"})
+
+    def do_POST(self) -> None:
+        st = self.state
+        path = self.path.split("?", 1)[0]
+        if path != "/v1/completions":
+            self._json(404, {"error": f"no such path {path}"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            self._json(400, {"error": "body is not JSON"})
+            return
+        if not st.ready:
+            self._json(503, {"error": "model is loading"})
+            return
+        seconds = float(body.get("sleep", st.args.request_seconds))
+        with st.lock:
+            st.running += 1
+        try:
+            time.sleep(seconds)
+        finally:
+            with st.lock:
+                st.running -= 1
+                st.served += 1
+        self._json(
+            200,
+            {
+                "id": f"cmpl-standin-{st.served}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model", "standin"),
+                "choices": [
+                    {"index": 0, "text": " stand-in reply", "finish_reason": "stop", "logprobs": None}
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
+            },
+        )
+
+
+def make_server(args: argparse.Namespace) -> tuple[ThreadingHTTPServer, StandinState]:
+    """Bind the server (not started) with its state."""
+    state = StandinState(args)
+    handler = type("StandinHandler", (_Handler,), {"state": state})
+    server = ThreadingHTTPServer((args.host, args.port), handler)
+    server.daemon_threads = True  # in-flight requests do not hold up the exit (vLLM aborts them too)
+    return server, state
+
+
+def _own_cgroup(pid: int | str = "self") -> str | None:
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    # The cgroup v2 line, else the v1 name=systemd one: where systemd tracks a unit's processes.
+    for line in lines:
+        if line.startswith("0::"):
+            return line[3:]
+    for line in lines:
+        if ":name=systemd:" in line:
+            return line.split(":", 2)[2]
+    return None
+
+
+def _holds(pid: int, path: str) -> bool:
+    target = os.path.realpath(path)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                return True
+    return False
+
+
+def leave_orphan(path: str, pid_file: str | None, timeout_s: float = 10.0) -> int | None:
+    """Start a holder of ``path`` in a transient scope (outside this unit's cgroup) and wait until it holds.
+
+    Returns:
+        The orphan's pid, or None when it could not be made (the reason is logged).
+    """
+    unit = f"standin-orphan-{os.getpid()}"
+    argv = [
+        "systemd-run",
+        "--user",
+        "--scope",
+        "--quiet",
+        f"--unit={unit}",
+        "--description=stand-in orphan holding a GPU device",
+        "--",
+        sys.executable,
+        "-m",
+        "gpushift.adapters.simgpu",
+        "hold",
+        path,
+    ]
+    # systemd-run --scope moves itself into the new scope, then execs the holder: same pid.
+    child = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=sys.stdout, stderr=sys.stdout, start_new_session=True
+    )
+    mine = _own_cgroup()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            log(f"orphan: systemd-run exited with {child.returncode}; no orphan left")
+            return None
+        theirs = _own_cgroup(child.pid)
+        if theirs is not None and theirs != mine and _holds(child.pid, path):
+            log(f"orphan pid {child.pid} holding {path} in {theirs}")
+            if pid_file:
+                tmp = pid_file + ".tmp"
+                with open(tmp, "w") as f:
+                    f.write(f"{child.pid}\n")
+                os.replace(tmp, pid_file)
+            return child.pid
+        time.sleep(0.05)
+    log(f"orphan: pid {child.pid} did not reach its own scope holding {path} within {timeout_s:g} s")
+    return None
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m gpushift.standin", description=__doc__.split("\n\n")[0])
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--version", default="0.0.0-standin", help="what GET /version reports")
+    p.add_argument("--start-delay", type=float, default=0.0, help="seconds /health answers 503 (loading)")
+    p.add_argument("--exit-at-once", action="store_true", help="exit 1 immediately")
+    p.add_argument("--never-ready", action="store_true", help="/health never answers 200")
+    p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument(
+        "--orphan-on-sigterm", metavar="PATH", help="on SIGTERM leave a holder of PATH outside the cgroup"
+    )
+    p.add_argument(
+        "--orphan-pid-file", metavar="FILE", help="where --orphan-on-sigterm writes the orphan's pid"
+    )
+    p.add_argument(
+        "--hold-device", metavar="PATH", nargs="+", action="extend", default=[], help="files to keep open"
+    )
+    p.add_argument("--request-seconds", type=float, default=0.0, help="how long a completion takes")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the stand-in until SIGTERM (or forever, with --ignore-sigterm)."""
+    args = parse_args(argv)
+    log(f"starting: {' '.join(sys.argv[1:] if argv is None else argv)}")
+    if args.exit_at_once:
+        log("exiting at once (--exit-at-once)")
+        return 1
+    devices: list[BinaryIO] = []
+    for path in args.hold_device:
+        try:
+            devices.append(open(path, "rb"))  # noqa: SIM115 - held open for the process's life on purpose
+        except OSError as e:
+            log(f"cannot open device {path}: {e.strerror}")
+            return 1
+    if devices:
+        log(f"holding {' '.join(args.hold_device)}")
+
+    stop = threading.Event()
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        if args.orphan_on_sigterm:
+            leave_orphan(args.orphan_on_sigterm, args.orphan_pid_file)
+        log("SIGTERM: stopping")
+        stop.set()
+
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        log("ignoring SIGTERM")
+    else:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, lambda s, f: stop.set())
+
+    try:
+        server, state = make_server(args)
+    except OSError as e:
+        log(f"cannot listen on {args.host}:{args.port}: {e.strerror}")
+        return 1
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    log(f"listening on {args.host}:{args.port}, version {args.version}, ready in {args.start_delay:g} s")
+    if args.start_delay > 0 and not args.never_ready:
+        ready_note = threading.Timer(args.start_delay, lambda: log("ready"))
+        ready_note.daemon = True
+        ready_note.start()
+    while not stop.wait(3600):
+        pass
+    server.shutdown()
+    server.server_close()
+    for f in devices:
+        f.close()
+    log("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
