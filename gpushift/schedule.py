@@ -330,7 +330,8 @@ def load_schedule(
         raise ConfigError(f"{path}: schedule file not found (set [daemon] schedule in the config)") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read schedule file: {e.strerror or e}") from None
-    return parse_schedule(raw.decode("utf-8", errors="replace"), path, backends, default_tz)
+    # utf-8-sig: an editor's byte-order mark must not turn the first line into garbage.
+    return parse_schedule(raw.decode("utf-8-sig", errors="replace"), path, backends, default_tz)
 
 
 def _zone(value: str, err: _ErrFactory) -> ZoneInfo:

@@ -307,6 +307,9 @@ def test_schedule_load_reads_the_file_and_names_it_in_errors(tmp_path: Path) -> 
     p.write_text("TZ=Europe/Berlin\n0 8 * * * vllm\n", encoding="utf-8")
     s = load_schedule(str(p), backends={"vllm"})
     assert s.path == str(p) and str(s.tz) == "Europe/Berlin" and len(s.entries) == 1
+    p.write_bytes(b"\xef\xbb\xbfTZ=Asia/Tokyo\r\n0 8 * * * vllm\r\n")  # BOM and CRLF from an editor
+    s = load_schedule(str(p), backends={"vllm"})
+    assert str(s.tz) == "Asia/Tokyo" and s.entries[0].target == "vllm"
     p.write_bytes(b"TZ=UTC\n0 8 * * * v\xffllm\n")
     with pytest.raises(ConfigError, match=re.escape(f"{p}:2: backend: ")):
         load_schedule(str(p), backends={"vllm"})
