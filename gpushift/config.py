@@ -37,6 +37,10 @@ class DaemonConfig:
     poll_interval_s: float = 0.5
     stop_timeout_s: float = 180.0  # waiting for a stop job; systemd's TimeoutStopSec kills first
     log_level: str = "info"
+    reconcile_interval_s: float = 30.0  # how often the schedule is checked against what runs
+    max_attempts: int = 3  # failed scheduled switches per boundary before waiting for the next
+    retry_after_s: float = 30.0  # spacing between those attempts
+    allowed_group: str = "gpushift"  # besides root, who may switch
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,10 @@ class _Reader:
             poll_interval_s=self.number(d, "daemon", "poll_interval_s", 0.5, minimum=0.05),
             stop_timeout_s=self.number(d, "daemon", "stop_timeout_s", 180.0, minimum=1),
             log_level=self.string(d, "daemon", "log_level", "info", ("debug", "info", "warning", "error")),
+            reconcile_interval_s=self.number(d, "daemon", "reconcile_interval_s", 30.0, minimum=1),
+            max_attempts=self.number(d, "daemon", "max_attempts", 3, minimum=1, integer=True),
+            retry_after_s=self.number(d, "daemon", "retry_after_s", 30.0),
+            allowed_group=self.string(d, "daemon", "allowed_group", "gpushift"),
         )
         g = self.table(data, "gpu")
         self.no_unknown(g, "gpu", set(GpuConfig.__dataclass_fields__))

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,7 +23,28 @@ from . import __version__, wiring
 from . import config as config_mod
 from .errors import ConfigError, GpushiftError
 from .model import Caller, Trigger
+from .schedule import Schedule
 from .switcher import Event, Switcher
+
+
+def load_schedule_of(config: config_mod.Config) -> Schedule | None:
+    """The schedule the config names, checked against its backends; None when none is named."""
+    if not config.daemon.schedule:
+        return None
+    from .schedule import load_schedule
+
+    return load_schedule(config.daemon.schedule, backends=set(config.backends))
+
+
+def parse_until(text: str, tz: Any) -> datetime:
+    """``2026-12-01 08:00`` (local to the schedule's zone, or the host's) → aware datetime."""
+    try:
+        t = datetime.fromisoformat(text.strip().replace("T", " "))
+    except ValueError:
+        raise GpushiftError(f"--until: cannot read {text!r} (expected e.g. '2026-12-01 08:00')") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=tz) if tz is not None else t.astimezone()
+    return t.astimezone(timezone.utc)
 
 
 class Daemon:
@@ -31,6 +53,7 @@ class Daemon:
     def __init__(self, config_path: str | None) -> None:
         self.config_path = config_mod.config_path(config_path)
         self.config = config_mod.load(self.config_path)
+        self.schedule = load_schedule_of(self.config)
         from . import logs
 
         self.log = logs.setup(self.config.daemon.log_level)
@@ -39,6 +62,7 @@ class Daemon:
         self.reloaded_at: datetime | None = None
         self._loop: Any = None
         self._service: Any = None
+        self._scheduler: Any = None
         self._publication: Any = None
         from .adapters.notify import Notifier
 
@@ -59,6 +83,15 @@ class Daemon:
         )
         if c.gpu.simulated:
             self.log.warning("gpu_simulated", detail="GPU provider is SIMULATED: no real VRAM is measured")
+        from .adapters.overrides import JsonOverrideStore
+        from .keeper import Keeper
+
+        self.keeper = Keeper(
+            self.switcher, self.schedule, JsonOverrideStore(os.path.join(self.config.daemon.state_dir,
+                                                                          "override.json")),
+            now=c.clock.now, monotonic=c.clock.monotonic, log=self.log,
+            max_attempts=self.config.daemon.max_attempts, retry_after_s=self.config.daemon.retry_after_s,
+        )
 
     # ------------------------------------------------------------ Backend protocol (D-Bus calls)
 
@@ -76,18 +109,29 @@ class Daemon:
             "reload_error": self.reload_error,
             "reloaded_at": self.reloaded_at.isoformat() if self.reloaded_at else None,
         }
-        return wiring.status_report(self.components, daemon)
+        out = wiring.status_report(self.components, daemon)
+        out.update(self.keeper.status())
+        return out
 
     def status_json(self) -> str:
         return json.dumps(self.status(), default=str)
 
     def switch(self, backend: str, options: dict[str, Any], caller: Caller) -> str:
         reason = str(options.get("reason") or "")
+        hold = bool(options.get("hold"))
+        until = None
+        if options.get("until"):
+            tz = self.schedule.tz if self.schedule is not None else None
+            until = parse_until(str(options["until"]), tz)
+            if until <= datetime.now(timezone.utc):
+                raise GpushiftError(f"--until {options['until']!r} is in the past")
         ticket = self.switcher.request(
             backend, reason, caller, Trigger.MANUAL, skip_drain=bool(options.get("now"))
         )
+        ov = self.keeper.manual(backend, caller, hold, until, reason)
         self.log.info("switch_requested", ticket=ticket, to=backend, by=caller.user, uid=caller.uid,
-                      reason=reason)
+                      reason=reason, mode=ov.mode, until=ov.until.isoformat() if ov.until else None)
+        self._arm()
         return ticket
 
     def cancel(self, caller: Caller) -> str:
@@ -96,7 +140,9 @@ class Daemon:
         return ticket
 
     def resume(self, caller: Caller) -> str:
-        raise GpushiftError("no schedule is configured in this daemon")
+        summary = self.keeper.resume(caller)
+        self._arm()
+        return summary
 
     def reload(self, caller: Caller) -> str:
         return self._reload(f"requested by {caller.user}")
@@ -116,6 +162,7 @@ class Daemon:
             else:
                 svc.Finished(ev.ticket, ev.ok, json.dumps(ev.result, default=str))
                 self._update_status_line()
+                self._tick(Trigger.RECONCILE)
             return False
 
         GLib.idle_add(emit)
@@ -128,7 +175,17 @@ class Daemon:
         except GpushiftError:
             running = []
         serving = ", ".join(running) if running else "nothing (GPUs free)"
-        self.notify.status(f"serving {serving}")
+        line = f"serving {serving}"
+        ks = self.keeper.status() if hasattr(self, "keeper") else {}
+        nxt = (ks.get("schedule") or {}).get("next")
+        if nxt:
+            local = datetime.fromisoformat(nxt["at_local"])
+            line += f"; next: {nxt['target']} at {local:%H:%M}"
+            if local.date() != datetime.now(local.tzinfo).date():
+                line += f" on {local:%a %d %b}"
+        if ks.get("mode") and ks["mode"] != "schedule":
+            line += f"; {ks['mode']}"
+        self.notify.status(line)
 
     # ------------------------------------------------------------ reload, watchdog, signals
 
@@ -136,6 +193,7 @@ class Daemon:
         self.notify.reloading()
         try:
             new = config_mod.load(self.config_path)
+            new_schedule = load_schedule_of(new)
         except ConfigError as e:
             self.reload_error = str(e)
             self.log.error("reload_rejected", error=str(e), detail="the old config stays in force")
@@ -144,12 +202,16 @@ class Daemon:
         self.config = new
         self.components.config = new
         self.switcher.reconfigure(new)
+        self.schedule = new_schedule
+        self.keeper.set_schedule(new_schedule)
         self.reload_error = None
         self.reloaded_at = datetime.now(timezone.utc)
         self.log.info("reloaded", why=why, config=self.config_path)
         self.notify.ready()
+        self._tick(Trigger.RECONCILE)
         self._update_status_line()
-        return f"reloaded {self.config_path}"
+        where = f" and {new_schedule.path}" if new_schedule else ""
+        return f"reloaded {self.config_path}{where}"
 
     def _watchdog(self) -> bool:
         """Runs on the loop thread (so the loop is alive); also proves the switch worker is."""
@@ -188,13 +250,78 @@ class Daemon:
             GLib.timeout_add(max(100, int(interval * 1000)), self._watchdog)
         running = self.switcher.running_backends()
         self.log.info("daemon_ready", pid=os.getpid(), bus=self.config.daemon.bus,
-                      name=dbus_service.BUS_NAME, running=running, version=__version__)
+                      name=dbus_service.BUS_NAME, running=running, version=__version__,
+                      schedule=self.schedule.path if self.schedule else None)
+        self._start_scheduler()
         self.notify.ready()
+        self._tick(Trigger.RECONCILE)  # boot or crash restart: bring up what the schedule wants
         self._update_status_line()
+        self._last_offset = time.time() - time.monotonic()
+        self._last_reconcile = time.monotonic()
+        GLib.timeout_add(1000, self._every_second)
         self._loop.run()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
         self.notify.stopping()
         self.log.info("daemon_stopping", detail="backends are left as they are")
         return 0
+
+    # ------------------------------------------------------------ the schedule's clockwork
+
+    def _start_scheduler(self) -> None:
+        """APScheduler runs the boundary job: a one-shot DateTrigger at the next boundary."""
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        self._scheduler = BackgroundScheduler(
+            timezone=timezone.utc,
+            job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
+        )
+        self._scheduler.start()
+        self._arm()
+
+    def _arm(self) -> None:
+        """(Re-)arm the boundary job for the next boundary or override end."""
+        sched = getattr(self, "_scheduler", None)
+        if sched is None:
+            return
+        from apscheduler.triggers.date import DateTrigger
+
+        when = self.keeper.next_wakeup()
+        if when is None:
+            if sched.get_job("boundary"):
+                sched.remove_job("boundary")
+            return
+        sched.add_job(self._on_boundary, DateTrigger(run_date=when), id="boundary", replace_existing=True)
+        self.log.debug("boundary_armed", at=when.isoformat())
+
+    def _on_boundary(self) -> None:
+        """On APScheduler's thread, at a schedule boundary (or an override's end)."""
+        self._tick(Trigger.SCHEDULE)
+        self._arm()
+
+    def _tick(self, trigger: Trigger) -> None:
+        try:
+            action = self.keeper.tick(trigger)
+        except Exception as e:  # the scheduler's edge: log, never die
+            self.log.exception("tick_failed", error=repr(e))
+            return
+        self.log.debug("tick", trigger=trigger.value, action=action)
+
+    def _every_second(self) -> bool:
+        """GLib (monotonic) timer: notice wall-clock jumps, reconcile every reconcile_interval_s."""
+        offset = time.time() - time.monotonic()
+        jumped = abs(offset - self._last_offset) > 2.0
+        if jumped:
+            self.log.warning("clock_jump", seconds=round(offset - self._last_offset, 1),
+                             detail="re-arming the schedule and reconciling")
+            self._last_offset = offset
+        due = time.monotonic() - self._last_reconcile >= self.config.daemon.reconcile_interval_s
+        if jumped or due:
+            self._last_reconcile = time.monotonic()
+            self._tick(Trigger.RECONCILE)
+            self._arm()
+            self._update_status_line()
+        return True
 
     def _quit(self) -> bool:
         if self._loop is not None:

@@ -136,6 +136,9 @@ class Switcher:
         self._cancel = threading.Event()
         self._cancelled_by: str = ""
         self._results: dict[str, dict[str, Any]] = {}
+        # What gpushift itself last established (None: not known yet; adopt what runs).  Anything
+        # else found running later was changed behind our back (the keeper's "external" rule).
+        self._established: str | None = None
         self.heartbeat = clock.monotonic()  # the worker touches it while it runs (watchdog)
 
     # ----------------------------------------------------------------- queries
@@ -159,6 +162,44 @@ class Switcher:
 
     def result(self, ticket: str) -> dict[str, Any] | None:
         return self._results.get(ticket)
+
+    def snapshot(self) -> tuple[bool, str | None]:
+        """(a switch is running, the backend gpushift last established) — read atomically."""
+        with self._lock:
+            return self._current is not None, self._established
+
+    def adopt(self, backend: str) -> None:
+        """Take what runs as established (daemon start: a new daemon adopts what it finds)."""
+        with self._lock:
+            if self._current is None:
+                self._established = backend
+
+    def note_external(self, from_backend: str, to_backend: str) -> None:
+        """Record a change made outside gpushift (systemctl) in the ledger and adopt it."""
+        now = self.clock.now()
+        rec = SwitchRecord(
+            trigger=Trigger.EXTERNAL.value,
+            requested_by="systemctl",
+            reason=f"{from_backend} -> {to_backend} changed outside gpushift; not undone before the next boundary",
+            from_backend=from_backend,
+            to_backend=to_backend,
+            started_at=now,
+            finished_at=now,
+            outcome=Outcome.OK.value,
+            gpushift_version=self.version,
+            ticket="external-" + uuid.uuid4().hex[:8],
+        )
+        b = self.config.backends.get(to_backend)
+        if b is not None:
+            st = self.units.state(b.unit)
+            rec.unit = b.unit
+            rec.unit_path = st.fragment_path or None
+            rec.argv_configured = list(st.exec_start)
+            rec.argv_running = self.host.cmdline(st.main_pid) if st.main_pid else []
+        rec.id = self.ledger.begin(rec)
+        self.ledger.finish(rec)
+        with self._lock:
+            self._established = to_backend
 
     # ----------------------------------------------------------------- requests
 
@@ -271,6 +312,7 @@ class Switcher:
         self._results[ticket] = result
         with self._lock:
             self._current = None
+            self._established = _established_after(result, self._established)
         self.log.info("switch_finished", **{k: v for k, v in result.items() if k != "record"})
         self._emit(
             Event(
@@ -620,6 +662,20 @@ class Switcher:
 
     def describe_gpus(self, readings: Sequence[GpuReading]) -> list[str]:
         return [describe_reading(r, self.config.gpu.residual_mib, self.gpu.simulated) for r in readings]
+
+
+def _established_after(result: dict[str, Any], before: str | None) -> str | None:
+    """What runs after a switch ended with ``result``, as far as gpushift made it so."""
+    outcome = result.get("outcome")
+    if outcome == Outcome.OK.value:
+        return str(result.get("to"))
+    if outcome == Outcome.ROLLED_BACK.value:
+        return str(result.get("from") or OFF)
+    if outcome == Outcome.REFUSED.value:
+        return before
+    if result.get("failed_phase") in (None, Phase.STOP.value):
+        return None  # unknown (a failed stop, an internal error): adopt what systemd says next
+    return OFF  # failed: everything was left stopped
 
 
 class _Scratch:
