@@ -89,6 +89,7 @@ class NvmlGpuProbe:
         # Last known name/total per index, so an UNKNOWN reading still says which GPU it is.
         self._known: dict[int, tuple[str, float]] = {}
         self._minor: dict[int, int] = {}
+        self._stale: dict[int, frozenset[int]] = {}
 
     # ---------------------------------------------------------------- NVML plumbing
 
@@ -374,8 +375,13 @@ class NvmlGpuProbe:
                 stale.append(pid)
                 continue
             holders.append(info.to_holder(mib))
-        if stale:
-            log.info("nvml_stale_pids gpu=%d pids=%s (listed by NVML, no such live process)", index, stale)
+        # Logged when the set changes, not on every poll of the gate.
+        if frozenset(stale) != self._stale.get(index, frozenset()):
+            self._stale[index] = frozenset(stale)
+            if stale:
+                log.info(
+                    "nvml_stale_pids gpu=%d pids=%s (listed by NVML, no such live process)", index, stale
+                )
         holders.sort(key=lambda h: (h.used_mib is None, -(h.used_mib or 0.0), h.pid))
         return tuple(holders)
 
