@@ -47,7 +47,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import LedgerError
-from ..model import Outcome, SwitchRecord
+from ..model import OFF, Outcome, SwitchRecord
 
 #: The schema this code writes.  Older files migrate forward at the writer's open.
 SCHEMA_VERSION = 2
@@ -756,12 +756,51 @@ class SqliteLedger:
         return out[: int(limit)]
 
     def iter_all(self) -> Iterator[SwitchRecord]:
-        """Every row in the database, oldest first (for export), streamed."""
-        with self._reader() as conn:
-            if conn is None:
-                return
-            for rid, text in conn.execute("SELECT id, record FROM switches ORDER BY id"):
+        """Every row in the database, oldest first (for export), read in batches."""
+        last = 0
+        while True:
+            batch = self._fetch("SELECT id, record FROM switches WHERE id > ? ORDER BY id LIMIT 500", (last,))
+            for rid, text in batch:
                 yield record_from_dict(json.loads(text), rid)
+            if len(batch) < 500:
+                return
+            last = batch[-1][0]
+
+    def iter_to(self, backend: str) -> Iterator[SwitchRecord]:
+        """Switches to ``backend``, newest first (pending spooled ones first), read in batches."""
+        pending = [r for r in self.pending_records() if r.to_backend == backend]
+        seen = {r.id for r in pending}
+        yield from reversed(pending)
+        last = None
+        sql: str
+        args: tuple[Any, ...]
+        while True:
+            if last is None:
+                sql, args = (
+                    "SELECT id, record FROM switches WHERE to_backend = ? ORDER BY id DESC LIMIT 50",
+                    (backend,),
+                )
+            else:
+                sql = "SELECT id, record FROM switches WHERE to_backend = ? AND id < ? ORDER BY id DESC LIMIT 50"
+                args = (backend, last)
+            batch = self._fetch(sql, args)
+            for rid, text in batch:
+                if rid not in seen:
+                    yield record_from_dict(json.loads(text), rid)
+            if len(batch) < 50:
+                return
+            last = batch[-1][0]
+
+    def backends(self) -> builtins.list[str]:
+        """Every backend some switch went to (``off`` left out), by name."""
+        names = {r[0] for r in self._fetch("SELECT DISTINCT to_backend FROM switches", ())}
+        names |= {r.to_backend for r in self.pending_records()}
+        names.discard(OFF)
+        return sorted(names)
+
+    def _fetch(self, sql: str, args: Sequence[Any]) -> builtins.list[Any]:
+        with self._reader() as conn:
+            return conn.execute(sql, args).fetchall() if conn is not None else []
 
     def pending_records(self) -> builtins.list[SwitchRecord]:
         """Records waiting in the spool, oldest first."""
