@@ -706,3 +706,64 @@ def test_switcher_target_already_running_beside_another_keeps_target(world: Any)
     assert res["ok"], res
     assert world.running() == ["night"]
     assert ("stop", "day") in world.unit_calls()
+
+
+# --------------------------------------------------------------------------- what gpushift established
+
+
+def test_switcher_established_backend_follows_each_outcome(make_world: Any) -> None:
+    world = make_world(on_failure="rollback")
+    world.boot("day")
+    world.switcher.adopt("day")
+    assert world.switcher.snapshot() == (False, "day")
+    world.gpu.add_foreign(1, pid=4242, mib=9318)
+    assert world.switch("night")["outcome"] == Outcome.REFUSED.value
+    assert world.switcher.snapshot() == (False, "day")  # refused: nothing changed
+    world.gpu.remove_foreign(4242)
+    world.probe.set_health(world.url("night"), ok_after=None)
+    assert world.switch("night")["outcome"] == Outcome.ROLLED_BACK.value
+    assert world.switcher.snapshot() == (False, "day")
+    world.probe.set_health(world.url("night"), ok_after=0)
+    assert world.switch("night")["outcome"] == Outcome.OK.value
+    assert world.switcher.snapshot() == (False, "night")
+    assert world.switch(OFF)["outcome"] == Outcome.OK.value
+    assert world.switcher.snapshot() == (False, OFF)
+
+
+def test_switcher_established_is_off_after_a_stay_failure(make_world: Any) -> None:
+    world = make_world(on_failure="stay")
+    world.boot("day")
+    world.probe.set_health(world.url("night"), ok_after=None)
+    assert world.switch("night")["outcome"] == Outcome.FAILED.value
+    assert world.switcher.snapshot() == (False, OFF)
+    assert world.running() == []
+
+
+def test_switcher_adopt_does_not_override_a_switch_in_flight(world: Any) -> None:
+    held = threading.Event()
+    day = world.units.behave(world.unit("day"), hold_stop=held)
+    ticket = world.request("night")
+    try:
+        assert day.stop_entered.wait(10)
+        assert world.switcher.snapshot()[0] is True
+        world.switcher.adopt("day")
+        assert world.switcher.snapshot() == (True, None)
+    finally:
+        held.set()
+    assert world.wait(ticket)["ok"]
+    assert world.switcher.snapshot() == (False, "night")
+
+
+def test_switcher_note_external_records_a_finished_row_with_the_running_argv(world: Any) -> None:
+    # somebody ran `systemctl stop day; systemctl start night` behind gpushift's back
+    world.units.set_stopped(world.unit("day"))
+    world.units.set_running(world.unit("night"))
+    world.switcher.note_external("day", "night")
+    (rec,) = world.ledger.rows.values()
+    assert (rec.trigger, rec.outcome, rec.from_backend, rec.to_backend) == ("external", "ok", "day", "night")
+    assert rec.argv_running == ["/opt/night/bin/server", "--port", "18080", "--model", "/models/night"]
+    assert rec.argv_configured[2] == "${PORT}"
+    assert rec.finished_at is not None
+    assert world.log.kinds().count("ledger.begin") == 1 and world.log.kinds().count("ledger.finish") == 1
+    assert world.switcher.snapshot() == (False, "night")
+    assert world.units.calls == []  # it records, it does not undo
