@@ -390,8 +390,8 @@ def _model_text(m: Mapping[str, Any] | None) -> str:
     return f"{_size(m.get('size_bytes'))}, {_short(m.get('fingerprint'), 20)}"
 
 
-def describe_change(c: Mapping[str, Any]) -> str:
-    """One change as a line for a person."""
+def describe_change(c: Mapping[str, Any], width: int = 15) -> str:
+    """One change as a line for a person (``width`` pads the label into a column)."""
     area, change, name, o, n = c["area"], c["change"], c["name"], c["old"], c["new"]
     if area in ("unit", "drop_in") and ("sha256" in name or area == "drop_in"):
         o, n = _short(o), _short(n)
@@ -407,10 +407,10 @@ def describe_change(c: Mapping[str, Any]) -> str:
         "model": f"model {change}" if change != "changed" else "model",
     }.get(area, area.replace("_", " "))
     if change == "added":
-        return f"{label:<15} {name}" + (f" {n}" if n is not None else "")
+        return f"{label:<{width}} {name}" + (f" {n}" if n is not None else "")
     if change == "removed":
-        return f"{label:<15} {name}" + (f" {o}" if o is not None else "")
-    return f"{label:<15} {name}: {o if o is not None else '-'} → {n if n is not None else '-'}"
+        return f"{label:<{width}} {name}" + (f" {o}" if o is not None else "")
+    return f"{label:<{width}} {name}: {o if o is not None else '-'} → {n if n is not None else '-'}"
 
 
 def _is_launch(rec: SwitchRecord, backend: str) -> bool:
@@ -767,12 +767,16 @@ def export_markdown(led: SqliteLedger, config: Config | None = None, recent: int
     current: dict[str, SwitchRecord] = {}
     unchanged: dict[str, int] = {}
     attempts: dict[str, int] = {}
-    latest: SwitchRecord | None = None
+    host: dict[str, Any] = {}  # from the newest record that described its host
+    gpu_facts: dict[str, Any] = {}  # likewise for the GPUs
     recent_rows: list[SwitchRecord] = []
     total = 0
     for rec in led.iter_all():  # oldest first, streamed: 100,000 rows are fine
         total += 1
-        latest = rec
+        if _sub(_launch(rec), "host"):
+            host = _sub(_launch(rec), "host")
+        if rec.gpu_facts:
+            gpu_facts = rec.gpu_facts
         recent_rows.append(rec)
         if len(recent_rows) > recent:
             recent_rows.pop(0)
@@ -790,7 +794,6 @@ def export_markdown(led: SqliteLedger, config: Config | None = None, recent: int
         if rec.outcome == "ok":
             current[b] = rec
 
-    host: dict[str, Any] = (_launch(latest).get("host") or {}) if latest else {}
     hostname = (host or {}).get("hostname") or _hostname()
     out: list[str] = [f"# Deployment record: {hostname}", ""]
     out.append(
@@ -798,8 +801,8 @@ def export_markdown(led: SqliteLedger, config: Config | None = None, recent: int
         f"from `{led.db_path}`: {total} switch(es) recorded. Regenerate it rather than editing it."
     )
     out.append("")
-    if latest is not None:
-        gf = latest.gpu_facts or {}
+    if total:
+        gf = gpu_facts
         sim = " **SIMULATED**" if gf.get("simulated") else ""
         gpus = gf.get("gpus") or []
         gpu_names = ", ".join(
@@ -851,7 +854,7 @@ def export_markdown(led: SqliteLedger, config: Config | None = None, recent: int
             if changes is None:
                 out.append("  - first launch recorded")
             for c in changes or []:
-                out.append(f"  - {_md(describe_change(c))}")
+                out.append(f"  - {_md(describe_change(c, width=0))}")
         n = unchanged.get(b, 0)
         if n:
             out.append(f"- … and {n} more launch(es) with no change.")
