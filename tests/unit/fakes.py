@@ -148,6 +148,7 @@ class FakeUnit:
     stop_duration_s: float = 0.0  # how long StopUnit takes until JobRemoved (fake time)
     start_duration_s: float = 0.0
     start_raises: Exception | None = None  # StartUnit itself fails (the adapter raises SystemdError)
+    stop_raises: Exception | None = None
     hold_stop: threading.Event | None = None  # when set: stop() blocks until the event is set
     stop_entered: threading.Event = field(default_factory=threading.Event)
 
@@ -298,6 +299,8 @@ class FakeUnits:
             self.log.add("units.stop", unit)
         if u is None:
             return self._job(unit, "done")
+        if u.stop_raises is not None:
+            raise u.stop_raises
         u.stop_entered.set()
         # Held outside the lock: another thread may ask for state() meanwhile, as with real systemd.
         if u.hold_stop is not None and not u.hold_stop.wait(30):
@@ -526,6 +529,7 @@ class FakeProbe:
         self.health_polls: list[str] = []
         self.in_flight_polls: list[str] = []
         self.version_calls: list[tuple[str | None, tuple[str, ...] | None]] = []
+        self.version_error: Exception | None = None  # version() raises this (a bug in a probe)
         self._lock = threading.Lock()
 
     def set_health(
@@ -580,6 +584,8 @@ class FakeProbe:
         cmd = tuple(version_command) if version_command else None
         self.version_calls.append((version_url, cmd))
         self.log.add("probe.version", version_url, cmd)
+        if self.version_error is not None:
+            raise self.version_error
         if version_url and version_url in self._versions:
             return self._versions[version_url]
         if cmd and cmd in self._versions:

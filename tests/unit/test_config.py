@@ -125,6 +125,12 @@ def test_config_all_issue_keys_are_read() -> None:
     assert cfg.ledger_path == "/var/lib/gpushift-test/ledger.db"
 
 
+def test_config_schedule_default_path_or_explicitly_none() -> None:
+    assert parse(MINIMAL).daemon.schedule is None  # the default schedule file, if it exists
+    assert parse("[daemon]\nschedule = ''\n" + MINIMAL).daemon.schedule == ""  # no schedule at all
+    assert parse("[daemon]\nschedule = '/srv/s'\n" + MINIMAL).daemon.schedule == "/srv/s"
+
+
 # --------------------------------------------------------------------------- unknown keys
 
 
@@ -153,7 +159,7 @@ def test_config_unknown_key_is_named_with_the_allowed_ones(text: str, key: str, 
         ("[daemon]\non_failure = 'retry'\n" + MINIMAL, "daemon.on_failure", "'rollback', 'stay'"),
         ("[daemon]\nbus = 'tcp'\n" + MINIMAL, "daemon.bus", "'system', 'session'"),
         ("[daemon]\npoll_interval_s = 0\n" + MINIMAL, "daemon.poll_interval_s", ">= 0.05"),
-        ("[daemon]\nschedule = ''\n" + MINIMAL, "daemon.schedule", "non-empty string"),
+        ("[daemon]\nschedule = 5\n" + MINIMAL, "daemon.schedule", "expected a path"),
         ("[gpu]\nprovider = 'rocm'\n" + MINIMAL, "gpu.provider", "'nvml', 'simulated'"),
         ("[gpu]\nresidual_mib = '256'\n" + MINIMAL, "gpu.residual_mib", "a number"),
         ("[gpu]\nresidual_mib = -1\n" + MINIMAL, "gpu.residual_mib", ">= 0"),

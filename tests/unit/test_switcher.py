@@ -669,7 +669,9 @@ def test_switcher_cancel_during_drain_leaves_the_current_backend_serving(world: 
     # nothing was stopped yet when the cancel came: day must still serve, untouched
     assert world.units.calls == []
     assert world.running() == ["day"]
-    assert world.record(res).outcome != Outcome.PENDING.value
+    rec = world.record(res)
+    assert rec.outcome == Outcome.CANCELLED.value  # a person aborted it; nothing had changed yet
+    assert rec.failed_phase == Phase.DRAIN.value
 
 
 def test_switcher_cancel_without_a_switch_raises_nothing_to_cancel(world: Any) -> None:
@@ -767,3 +769,26 @@ def test_switcher_note_external_records_a_finished_row_with_the_running_argv(wor
     assert world.log.kinds().count("ledger.begin") == 1 and world.log.kinds().count("ledger.finish") == 1
     assert world.switcher.snapshot() == (False, "night")
     assert world.units.calls == []  # it records, it does not undo
+
+
+def test_switcher_port_error_during_stop_fails_without_starting(world: Any) -> None:
+    world.units.behave(world.unit("day"), stop_raises=SystemdError("StopUnit: connection to systemd lost"))
+    res = world.switch("night")
+    assert res["ok"] is False
+    assert res["outcome"] == Outcome.FAILED.value
+    assert "connection to systemd lost" in res["message"]
+    assert ("start", world.unit("night")) not in world.units.calls
+    assert world.record(res).outcome == Outcome.FAILED.value
+
+
+def test_switcher_internal_error_finishes_the_row_and_frees_the_slot(world: Any) -> None:
+    world.probe.version_error = RuntimeError("probe bug")
+    res = world.wait(world.request("night"))
+    assert res["ok"] is False
+    assert "probe bug" in res["message"]
+    (rec,) = world.ledger.rows.values()
+    assert rec.outcome == Outcome.FAILED.value  # never left pending until the next daemon start
+    assert rec.failed_phase == Phase.VERSION.value
+    assert world.switcher.current() is None
+    world.probe.version_error = None
+    assert world.switch("day")["ok"] is True
