@@ -6,6 +6,7 @@ unknown keys are errors too (a typo must not silently fall back to a default).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -33,7 +34,7 @@ class DaemonConfig:
     state_dir: str = "/var/lib/gpushift"
     runtime_dir: str = "/run/gpushift"  # the pending spool lives here (another filesystem)
     on_failure: str = "rollback"
-    schedule: str | None = None
+    schedule: str | None = None  # None: /etc/gpushift/schedule if it exists; "": no schedule
     poll_interval_s: float = 0.5
     stop_timeout_s: float = 180.0  # waiting for a stop job; systemd's TimeoutStopSec kills first
     log_level: str = "info"
@@ -165,8 +166,20 @@ class _Reader:
         if isinstance(v, bool) or not ok_type:
             kind = "an integer" if integer else "a number"
             raise self.err(f"{where}.{key}", f"expected {kind}, got {v!r}")
+        if not math.isfinite(v):
+            # A NaN or infinite timeout never compares as expired: a wait would never end.
+            raise self.err(f"{where}.{key}", f"expected a finite number, got {v!r}")
         if v < minimum:
             raise self.err(f"{where}.{key}", f"expected a value >= {minimum:g}, got {v!r}")
+        return v
+
+    def schedule_path(self, d: Mapping[str, Any]) -> str | None:
+        """``schedule``: a path; ``""`` turns the schedule off; absent means the default path."""
+        if "schedule" not in d:
+            return None
+        v = d["schedule"]
+        if not isinstance(v, str):
+            raise self.err("daemon.schedule", f"expected a path (or \"\" for no schedule), got {v!r}")
         return v
 
     def url(self, d: Mapping[str, Any], where: str, key: str, required: bool = False) -> str | None:
@@ -188,7 +201,7 @@ class _Reader:
             state_dir=self.string(d, "daemon", "state_dir", DaemonConfig.state_dir),
             runtime_dir=self.string(d, "daemon", "runtime_dir", DaemonConfig.runtime_dir),
             on_failure=self.string(d, "daemon", "on_failure", "rollback", ("rollback", "stay")),
-            schedule=self.string(d, "daemon", "schedule", None),
+            schedule=self.schedule_path(d),
             poll_interval_s=self.number(d, "daemon", "poll_interval_s", 0.5, minimum=0.05),
             stop_timeout_s=self.number(d, "daemon", "stop_timeout_s", 180.0, minimum=1),
             log_level=self.string(d, "daemon", "log_level", "info", ("debug", "info", "warning", "error")),

@@ -28,12 +28,21 @@ from .switcher import Event, Switcher
 
 
 def load_schedule_of(config: config_mod.Config) -> Schedule | None:
-    """The schedule the config names, checked against its backends; None when none is named."""
-    if not config.daemon.schedule:
-        return None
-    from .schedule import load_schedule
+    """The schedule the config names, checked against its backends.
 
-    return load_schedule(config.daemon.schedule, backends=set(config.backends))
+    ``[daemon] schedule`` absent: the default path, when that file exists; ``""``: no schedule.
+    A named file that is missing or invalid is an error (the daemon refuses to start on it).
+    """
+    from .schedule import DEFAULT_SCHEDULE_PATH, load_schedule
+
+    path = config.daemon.schedule
+    if path == "":
+        return None
+    if path is None:
+        if not os.path.exists(DEFAULT_SCHEDULE_PATH):
+            return None
+        path = DEFAULT_SCHEDULE_PATH
+    return load_schedule(path, backends=set(config.backends))
 
 
 def parse_until(text: str, tz: Any) -> datetime:
@@ -338,7 +347,8 @@ def main(config_path: str | None) -> int:
     try:
         d = Daemon(config_path)
     except ConfigError as e:
-        print(f"gpushift daemon: {e}", file=sys.stderr, flush=True)
+        # The journal gets this line (stderr); systemd sees the non-zero exit.
+        print(f"gpushift daemon: refusing to start: {e}", file=sys.stderr, flush=True)
         return e.code
     try:
         return d.run()

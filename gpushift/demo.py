@@ -137,6 +137,7 @@ bus = "session"
 state_dir = "{state}"
 runtime_dir = "{d / "run"}"
 on_failure = "rollback"
+schedule = ""                    # the demo switches by hand; see etc/gpushift/schedule
 
 [gpu]
 provider = "simulated"

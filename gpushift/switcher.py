@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import BackendConfig, Config
-from .errors import NothingToCancel, SwitchFailed, SwitchInProgress, UnknownBackend, VramNotReleased
+from .errors import (
+    GpushiftError,
+    NothingToCancel,
+    SwitchFailed,
+    SwitchInProgress,
+    UnknownBackend,
+    VramNotReleased,
+)
 from .model import (
     OFF,
     Caller,
@@ -139,6 +146,9 @@ class Switcher:
         # What gpushift itself last established (None: not known yet; adopt what runs).  Anything
         # else found running later was changed behind our back (the keeper's "external" rule).
         self._established: str | None = None
+        self._phase = Phase.PREFLIGHT
+        self._touched = False
+        self._rec: SwitchRecord | None = None
         self.heartbeat = clock.monotonic()  # the worker touches it while it runs (watchdog)
 
     # ----------------------------------------------------------------- queries
@@ -275,6 +285,7 @@ class Switcher:
 
     def _progress(self, ticket: str, phase: Phase, detail: str) -> None:
         self.heartbeat = self.clock.monotonic()
+        self._phase = phase
         with self._lock:
             cur = self._current
             if cur is not None and cur.ticket == ticket:
@@ -299,8 +310,18 @@ class Switcher:
         started = self.clock.monotonic()
         try:
             result = self._switch(ticket, config, target, reason, caller, trigger, skip_drain)
-        except Exception as e:  # a bug: report it, never leave the slot taken
+        except Exception as e:  # a bug: report it, never leave the slot taken or the row pending
             self.log.exception("switch_crashed", ticket=ticket, error=repr(e))
+            rec = self._rec
+            if rec is not None and rec.id is not None and rec.outcome == Outcome.PENDING.value:
+                rec.outcome = Outcome.FAILED.value
+                rec.failed_phase = self._phase.value
+                rec.message = f"internal error in phase {self._phase.value}: {e!r}"
+                rec.finished_at = self.clock.now()
+                try:
+                    self.ledger.finish(rec)
+                except Exception as e2:
+                    self.log.exception("ledger_finish_failed", ticket=ticket, error=repr(e2))
             result = {
                 "ticket": ticket,
                 "ok": False,
@@ -308,6 +329,7 @@ class Switcher:
                 "to": target,
                 "message": f"internal error: {e!r}",
                 "error": SwitchFailed.dbus_name(),
+                "failed_phase": self._phase.value,
             }
         self._results[ticket] = result
         with self._lock:
@@ -354,6 +376,8 @@ class Switcher:
         sim = self.gpu.simulated
 
         # --- preflight (nothing touched yet; every read is asked now)
+        self._touched = False
+        self._rec = None
         self._progress(ticket, Phase.PREFLIGHT, f"checking {target}")
         t0 = clock.monotonic()
         running = self.running_backends(config)
@@ -378,6 +402,8 @@ class Switcher:
             ticket=ticket,
             gpushift_version=self.version,
         )
+        self._rec = rec
+        target_running = target in running  # beside others: keep it, stop the rest
         if len(running) > 1:
             rec.extra["running_before"] = running
         target_cfg: BackendConfig | None = config.backends.get(target) if target != OFF else None
@@ -394,9 +420,10 @@ class Switcher:
         before = self._readings(watched)
         rec.vram["before"] = [r.to_dict() for r in before]
         if refusal is None:
-            own_units = {config.backends[b].unit for b in to_stop}
+            keep = [target] if target_running else []
+            own_units = {config.backends[b].unit for b in [*to_stop, *keep]}
             own_pids: set[int] = set()
-            for b in to_stop:
+            for b in [*to_stop, *keep]:
                 own_pids.update(self.units.processes(config.backends[b].unit))
             verdict = foreign_memory(before, own_units, own_pids, residual, sim)
             if not verdict.ok:
@@ -432,14 +459,19 @@ class Switcher:
                 self._stop(ticket, config, config.backends[b])
             rec.durations_s["stop"] = round(clock.monotonic() - t0, 3)
 
-            # --- VRAM gate
-            t0 = clock.monotonic()
-            released = self._wait_released(ticket, config, watched, f"for {target}")
-            rec.vram["released"] = [r.to_dict() for r in released]
-            rec.durations_s["release"] = round(clock.monotonic() - t0, 3)
-
+            if target_running and target_cfg is not None:
+                # The target already runs (beside the others just stopped): its own memory stays,
+                # so there is nothing to release and nothing to start; prove it answers.
+                self._wait_ready(ticket, config, target_cfg, rec)
+            else:
+                # --- VRAM gate
+                t0 = clock.monotonic()
+                released = self._wait_released(ticket, config, watched, f"for {target}")
+                rec.vram["released"] = [r.to_dict() for r in released]
+                rec.durations_s["release"] = round(clock.monotonic() - t0, 3)
+                if target_cfg is not None:
+                    self._start_and_wait(ticket, config, target_cfg, rec)
             if target_cfg is not None:
-                self._start_and_wait(ticket, config, target_cfg, rec)
                 st = self.units.state(target_cfg.unit)
                 rec.vram["ready"] = [r.to_dict() for r in self._readings(watched)]
                 # --- version and the launch as it really runs
@@ -449,6 +481,8 @@ class Switcher:
                 rec.durations_s["version"] = round(clock.monotonic() - t0, 3)
         except _Failure as f:
             return self._fail(ticket, config, rec, f, to_stop, target_cfg)
+        except GpushiftError as e:  # an adapter said no (systemd refused a job, ...)
+            return self._fail(ticket, config, rec, _Failure(self._phase, str(e)), to_stop, target_cfg)
 
         rec.outcome = Outcome.OK.value
         rec.message = f"{target} is serving" if target != OFF else "every backend stopped; GPUs free"
@@ -487,6 +521,7 @@ class Switcher:
 
     def _stop(self, ticket: str, config: Config, b: BackendConfig) -> None:
         self._progress(ticket, Phase.STOP, f"stopping {b.unit}")
+        self._touched = True
         job = self.units.stop(b.unit, config.daemon.stop_timeout_s)
         st = self.units.state(b.unit)
         if not job.ok or st.running:
@@ -530,13 +565,18 @@ class Switcher:
         st = self.units.state(b.unit)
         if st.failed:
             self.units.reset_failed(b.unit)
+        self._touched = True
         job = self.units.start(b.unit, b.start_timeout_s)
         rec.durations_s["start"] = round(clock.monotonic() - t0, 3)
         if not job.ok:
             st = self.units.state(b.unit)
             raise _Failure(Phase.START, f"start job of {b.unit} ended with {job.result!r} "
                            f"(Result={st.result})", systemd_result=st.result)
-        # --- readiness: health URL, while watching the unit (a crash is noticed at once)
+        self._wait_ready(ticket, config, b, rec)
+
+    def _wait_ready(self, ticket: str, config: Config, b: BackendConfig, rec: SwitchRecord) -> None:
+        """Poll the health URL until 200, watching the unit: an exit is noticed at the next poll."""
+        clock = self.clock
         self._progress(ticket, Phase.READY, f"waiting for {b.health_url}")
         t0 = clock.monotonic()
         last = ""
@@ -594,6 +634,12 @@ class Switcher:
         rec.systemd_result = f.systemd_result
         self.log.warning("switch_failed", ticket=ticket, phase=f.phase.value, message=f.message)
         error = VramNotReleased.dbus_name() if f.vram else SwitchFailed.dbus_name()
+        if not self._touched:
+            # Cancelled (or failed) before anything was stopped or started: all is as it was.
+            rec.outcome = Outcome.CANCELLED.value if f.message.startswith("cancelled") else Outcome.FAILED.value
+            was = ", ".join(stopped) if stopped else "nothing"
+            rec.message = f"{f.message}; nothing was stopped ({was} still as before)"
+            return self._finish(rec, error)
         if f.phase is Phase.STOP:
             # The old backend may still run: touch nothing more, say so.
             rec.outcome = Outcome.FAILED.value
@@ -620,8 +666,11 @@ class Switcher:
         watched = gate_gpus(config, previous, [], self._all_gpus())
         self._cancel.clear()  # a cancel stops the switch, not the way back
         try:
-            self._wait_released(ticket, config, watched, f"for the rollback to {previous}")
-            self._start_and_wait(ticket, config, prev_cfg, _Scratch.record())
+            try:
+                self._wait_released(ticket, config, watched, f"for the rollback to {previous}")
+                self._start_and_wait(ticket, config, prev_cfg, _Scratch.record())
+            except GpushiftError as e:
+                raise _Failure(Phase.ROLLBACK, str(e)) from None
         except _Failure as f2:
             rec.outcome = Outcome.FAILED.value
             rec.message = f"{f.message}; rollback to {previous} impossible: {f2.message}; nothing is serving"

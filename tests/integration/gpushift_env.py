@@ -67,6 +67,7 @@ class GpushiftEnv:
             "simulated_release_delay_s": 0.3,
             "simulated_foreign_mib": 9318,
             "poll_interval_s": 0.2,
+            "reconcile_interval_s": 30,
         }
         self.opts.update(daemon_opts)
         self.extra_env: list[str] = []
@@ -83,9 +84,9 @@ class GpushiftEnv:
             f'on_failure = "{o["on_failure"]}"',
             f"poll_interval_s = {o['poll_interval_s']}",
             "stop_timeout_s = 30",
+            f"reconcile_interval_s = {o['reconcile_interval_s']}",
         ]
-        if o.get("schedule"):
-            lines.append(f'schedule = "{o["schedule"]}"')
+        lines.append(f'schedule = "{o.get("schedule") or ""}"')
         lines += [
             "",
             "[gpu]",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .gpushift_env import GPUSHIFT, Backend, GpushiftEnv, end, free_port
+from gpushift_env import GPUSHIFT, Backend, GpushiftEnv, end, free_port
 
 
 def make_env(sandbox, name: str, backends: list[Backend], **opts) -> GpushiftEnv:
@@ -166,7 +166,9 @@ def test_backend_ignoring_sigterm_is_killed_and_switch_completes(ab):
     env = ab(a_args=["--ignore-sigterm"])
     r = env.cli("switch", "b", check=True)
     assert r.returncode == 0
-    assert env.active_state("gs-a.service") == "inactive"
+    # systemd SIGKILLed it after TimeoutStopSec: the unit is "failed" with Result=timeout
+    assert env.active_state("gs-a.service") == "failed"
+    assert env.sb.show("gs-a.service", "Result")["Result"] == "timeout"
     assert env.active_state("gs-b.service") == "active"
 
 
