@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -56,10 +57,8 @@ def _holds(pid: int, path: Path) -> bool:
         return False
     links = []
     for fd in fds:
-        try:
+        with contextlib.suppress(OSError):
             links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            pass
     return target in links
 
 
