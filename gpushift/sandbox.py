@@ -570,7 +570,9 @@ class Sandbox:
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=10,
+            # A healthy manager answers in milliseconds; a dying one (killed, still in the kernel)
+            # accepts the connection and never answers: do not wait long for it.
+            timeout=3,
         )
         units = [line.split()[0] for line in listed.stdout.splitlines() if line.split()]
         # The bus goes last, with the manager (exit.target), so stop jobs can still report.

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,6 +16,7 @@ import pytest
 
 from gpushift.adapters.systemd import SystemdUnits, connect
 from gpushift.errors import SystemdError
+from gpushift.sandbox import Sandbox, SandboxError
 
 SLEEPER = "[Service]\nType=simple\nExecStart=/bin/sleep 300\nKillMode=control-group\nTimeoutStopSec=3\n"
 
@@ -347,3 +353,113 @@ def test_systemd_units_calls_on_a_dead_manager_raise_systemd_error(sandbox, bus)
         bus.con.flush_sync(None)
     with pytest.raises(SystemdError):
         units.state("init.scope")
+
+
+# ---------------------------------------------------------------------------------------------
+# The sandbox these tests stand on (gpushift.sandbox): its promises are what make them trustworthy.
+
+
+def _own_cgroup(pid: int | str) -> str:
+    with open(f"/proc/{pid}/cgroup") as f:
+        lines = f.read().splitlines()
+    return next((ln[3:] for ln in lines if ln.startswith("0::")), lines[-1].split(":", 2)[2])
+
+
+def test_sandbox_manager_runs_in_its_own_cgroup_and_moves_nobody_else():
+    # A user manager that starts in the root cgroup migrates EVERY process of the machine into
+    # /init.scope (measured); the sandbox gives it a private cgroup first.
+    before = (_own_cgroup(1), _own_cgroup("self"))
+    with Sandbox() as sb:
+        assert (_own_cgroup(1), _own_cgroup("self")) == before
+        assert sb.runtime_dir is not None and sb.runtime_dir.name in _own_cgroup(sb.manager_pid)
+        sb.install_unit("sleeper.service", SLEEPER)
+        sb.daemon_reload()
+        sb.systemctl("start", "sleeper.service")
+        cg = sb.show("sleeper.service", "ControlGroup")["ControlGroup"]
+        assert cg.startswith(_own_cgroup(sb.manager_pid).rsplit("/", 1)[0] + "/")
+
+
+def test_sandbox_stop_ends_every_process_and_is_idempotent():
+    sb = Sandbox().start()
+    try:
+        sb.install_unit("sleeper.service", SLEEPER)
+        sb.daemon_reload()
+        sb.systemctl("start", "sleeper.service")
+        unit_pid = int(sb.show("sleeper.service", "MainPID")["MainPID"])
+        pids = [sb.manager_pid, sb.dbus_pid, unit_pid]
+        assert all(p and _alive(p) for p in pids)
+    finally:
+        sb.stop()
+    assert not any(_alive(p) for p in pids if p)
+    assert sb.runtime_dir is not None and not sb.runtime_dir.exists()
+    sb.stop()  # a second stop is harmless
+
+
+def test_sandbox_stop_after_the_manager_was_killed_ends_its_leftovers():
+    sb = Sandbox().start()
+    try:
+        sb.install_unit("sleeper.service", SLEEPER)
+        sb.daemon_reload()
+        sb.systemctl("start", "sleeper.service")
+        unit_pid = int(sb.show("sleeper.service", "MainPID")["MainPID"])
+        assert sb.manager_pid is not None
+        os.kill(sb.manager_pid, signal.SIGKILL)  # nobody is left to stop the unit
+    finally:
+        sb.stop()
+    assert not _alive(unit_pid)
+    assert sb.dbus_pid is not None and not _alive(sb.dbus_pid)
+
+
+def test_sandbox_failed_start_cleans_up_what_it_started(monkeypatch):
+    def give_up(self: Sandbox, deadline: float) -> None:
+        raise SandboxError("gave up on purpose")
+
+    monkeypatch.setattr(Sandbox, "_wait_for_manager", give_up)
+    sb = Sandbox()
+    with pytest.raises(SandboxError, match="on purpose"):
+        sb.start()
+    assert sb.manager_pid is not None
+    assert not _alive(sb.manager_pid)
+    assert sb.runtime_dir is not None and not sb.runtime_dir.exists()
+
+
+def test_sandbox_command_line_start_writes_env_and_stop_ends_it(tmp_path: Path):
+
+    d = tmp_path / "sb"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "gpushift.sandbox", "start", "--dir", str(d)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        exports = {}
+        for line in (d / "env").read_text().splitlines():
+            if line.startswith("export "):
+                key, value = line[len("export ") :].split("=", 1)
+                exports[key] = shlex.split(value)[0] if value else ""
+        env = {**os.environ, **exports}
+        answer = subprocess.run(
+            ["systemctl", "--user", "show", "--property=Version", "--value"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert answer.returncode == 0 and answer.stdout.strip(), answer.stderr
+        state = Sandbox.attach(d)
+        pids = [state.manager_pid, state.dbus_pid]
+        assert all(p and _alive(p) for p in pids)
+        r = subprocess.run(
+            [sys.executable, "-m", "gpushift.sandbox", "stop", "--dir", str(d)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        assert not any(_alive(p) for p in pids if p)
+        assert not (d / "env").exists()
+    finally:
+        if (d / "sandbox.json").exists():
+            Sandbox.attach(d).stop()  # ends them by PID if the test failed half-way
