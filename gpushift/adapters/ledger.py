@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 import json
-import logging
 import os
 import sqlite3
+import sys
 import threading
 import time
-import uuid as uuidlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -147,7 +145,7 @@ def _migrate_to_2(conn: sqlite3.Connection) -> None:
             version = None
         conn.execute(
             "UPDATE switches SET uuid = ?, gpushift_version = ? WHERE id = ?",
-            (uuidlib.uuid4().hex, version, row_id),
+            (_new_key(), version, row_id),
         )
         values = _select_chain_row(conn, row_id)
         values["prev_hash"] = prev
@@ -213,6 +211,8 @@ def row_hash(values: Mapping[str, Any]) -> str:
     JSON keeps SQLite's types apart (``1000`` vs ``"1000"`` vs ``1000.0``), so changing a value's
     type is an edit too.
     """
+    import hashlib  # here, not at the top: `gpushift ledger` (reads only) starts faster without it
+
     payload = [HASH_TAG] + [_canon_value(values.get(c)) for c in CHAIN_COLUMNS]
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -478,6 +478,9 @@ class SqliteLedger:
         self._connect_hook = connect_hook
         self._wlock = threading.RLock()  # one write at a time, in this process
         self._rlock = threading.Lock()
+        # Guards _pending against readers on other threads (status): they must never wait for
+        # _wlock, which a write holds while SQLite waits up to lock_timeout_s.
+        self._plock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
         self._pending: dict[str, dict[str, Any]] = {}  # key -> spool entry, replayed by seq
@@ -527,7 +530,7 @@ class SqliteLedger:
 
         Never raises for an unwritable database: the record is logged and spooled instead.
         """
-        key = uuidlib.uuid4().hex
+        key = _new_key()
         with self._wlock:
             try:
                 row_id = self._write_with_replay(key, record.to_dict(), row_id=None, op="begin")
@@ -553,7 +556,7 @@ class SqliteLedger:
             row_id = rid if rid is not None and rid > 0 else None
             if key is None:
                 key = self._key_of_row(row_id) if row_id is not None else None
-                key = key or uuidlib.uuid4().hex
+                key = key or _new_key()
             if rid is not None and rid < 0 and rid in self._landed:
                 row_id = self._landed[rid]
             try:
@@ -817,8 +820,7 @@ class SqliteLedger:
         not make the ledger degraded (it still writes) but ``verify`` fails while it stands.
         """
         pending = len(self._pending_entries())
-        with self._wlock:
-            error = self._error
+        error = self._error
         state = "degraded" if pending or error else "ok"
         return {"state": state, "pending": pending, "error": error, "alarm": self._alarm}
 
@@ -937,7 +939,8 @@ class SqliteLedger:
                 self._keys[pid] = key
             self._keys[row_id] = key
             self._replayed_total += 1
-            del self._pending[key]
+            with self._plock:
+                del self._pending[key]
             self._unlink_spool(key)
         self._error = None
 
@@ -1237,7 +1240,8 @@ class SqliteLedger:
             "error": f"{type(error).__name__}: {error}" if error is not None else (prev or {}).get("error"),
             "record": dict(d),
         }
-        self._pending[key] = entry
+        with self._plock:
+            self._pending[key] = entry
         if error is not None:
             self._note_error(error)
         spooled = self._write_spool(entry)
@@ -1328,7 +1332,7 @@ class SqliteLedger:
     def _pending_entries(self) -> builtins.list[dict[str, Any]]:
         if self.readonly:
             return self._read_spool_dir()  # the daemon may land them any moment: read afresh
-        with self._wlock:
+        with self._plock:
             return sorted(self._pending.values(), key=lambda e: e["seq"])
 
     # ----------------------------------------------------------------- logging
@@ -1342,8 +1346,9 @@ class SqliteLedger:
             import structlog  # imported here: the read-only CLI never logs, and it must start fast
 
             log = self._log = structlog.get_logger("gpushift.ledger")
+        logging = sys.modules.get("logging")  # a stdlib Logger implies the module is loaded
         try:
-            if isinstance(log, logging.Logger):
+            if logging is not None and isinstance(log, logging.Logger):
                 log.log(
                     getattr(logging, level.upper(), logging.INFO),
                     "%s %s",
@@ -1376,9 +1381,14 @@ def _same_head(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool
 
 
 def _uri_path(path: str) -> str:
-    from urllib.parse import quote
+    # The three characters that end or escape a path in an SQLite URI.
+    return path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
 
-    return quote(path)
+
+def _new_key() -> str:
+    import uuid
+
+    return uuid.uuid4().hex
 
 
 def _now_iso() -> str:

@@ -15,6 +15,8 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -673,3 +675,27 @@ def test_ledger_missing_group_is_not_an_error(paths: tuple[Path, Path]) -> None:
     led = SqliteLedger(db, run, log=Log(), group="no-such-group-gpushift-test")
     assert led.begin(make_record(1)) == 1
     assert db.stat().st_mode & 0o777 == 0o640
+
+
+def test_ledger_status_reads_do_not_wait_for_a_blocked_write(paths: tuple[Path, Path]) -> None:
+    db, run = paths
+    led = SqliteLedger(db, run, log=Log(), lock_timeout_s=3.0)
+    first = make_record(1)
+    led.begin(first)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the write below waits for this lock
+    result: dict[str, int] = {}
+    writer = threading.Thread(target=lambda: result.setdefault("id", led.begin(make_record(2))))
+    try:
+        writer.start()
+        time.sleep(0.3)  # the writer now holds the ledger's write lock, waiting on SQLite
+        assert writer.is_alive()
+        t = time.monotonic()
+        assert led.health()["pending"] == 0
+        assert [r.id for r in led.list()] == [1]
+        assert time.monotonic() - t < 1.5  # answered while the write still waits (up to 3 s)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        writer.join(timeout=10)
+    assert result["id"] == 2
