@@ -231,7 +231,7 @@ def _utc_text(value: Any) -> str | None:
         return None
     dt = value if isinstance(value, datetime) else _parse_dt(str(value))
     if dt is None:
-        return str(value)
+        return _text(value)
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -252,31 +252,47 @@ def _parse_dt(text: str | None) -> datetime | None:
 def _record_json(d: Mapping[str, Any]) -> str:
     # default=str: a stray value in ``extra`` must not cost the row.  Keys keep their order (the
     # phases in ``durations_s`` are in the order they ran); the hash is over the stored text.
-    return json.dumps(d, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = json.dumps(d, ensure_ascii=False, separators=(",", ":"), default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (an argv decoded with surrogateescape) is not UTF-8 and SQLite would
+        # refuse the row: escaped, JSON keeps it exactly.
+        text = json.dumps(d, ensure_ascii=True, separators=(",", ":"), default=str)
+    return text
+
+
+def _text(v: Any) -> str | None:
+    """A column value as valid UTF-8 text (None stays None)."""
+    if v is None:
+        return None
+    return str(v).encode("utf-8", "replace").decode("utf-8")
 
 
 def _row_values(d: Mapping[str, Any], row_id: int, key: str, prev_hash: str) -> dict[str, Any]:
     rec = dict(d)
     rec["id"] = row_id
     uid = rec.get("uid")
+    if not isinstance(uid, int) or isinstance(uid, bool) or not -(2**63) <= uid < 2**63:
+        uid = None
     return {
         "id": row_id,
         "uuid": key,
-        "ticket": str(rec.get("ticket") or ""),
+        "ticket": _text(rec.get("ticket") or ""),
         "started_at": _utc_text(rec.get("started_at")) or "",
         "finished_at": _utc_text(rec.get("finished_at")),
-        "trigger": str(rec.get("trigger") or ""),
-        "requested_by": str(rec.get("requested_by") or ""),
-        "uid": uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
-        "reason": str(rec.get("reason") or ""),
-        "from_backend": rec.get("from"),
-        "to_backend": str(rec.get("to") or ""),
-        "outcome": str(rec.get("outcome") or Outcome.PENDING.value),
-        "failed_phase": rec.get("failed_phase"),
-        "message": rec.get("message"),
-        "unit": rec.get("unit"),
-        "backend_version": rec.get("backend_version"),
-        "gpushift_version": rec.get("gpushift_version"),
+        "trigger": _text(rec.get("trigger") or ""),
+        "requested_by": _text(rec.get("requested_by") or ""),
+        "uid": uid,
+        "reason": _text(rec.get("reason") or ""),
+        "from_backend": _text(rec.get("from")),
+        "to_backend": _text(rec.get("to") or ""),
+        "outcome": _text(rec.get("outcome") or Outcome.PENDING.value),
+        "failed_phase": _text(rec.get("failed_phase")),
+        "message": _text(rec.get("message")),
+        "unit": _text(rec.get("unit")),
+        "backend_version": _text(rec.get("backend_version")),
+        "gpushift_version": _text(rec.get("gpushift_version")),
         "record": _record_json(rec),
         "prev_hash": prev_hash,
     }
@@ -534,7 +550,7 @@ class SqliteLedger:
         with self._wlock:
             try:
                 row_id = self._write_with_replay(key, record.to_dict(), row_id=None, op="begin")
-            except _WRITE_ERRORS as e:
+            except Exception as e:  # noqa: BLE001 - the switcher's record is never lost to an exception
                 pid = self._new_provisional_id()
                 record.id = pid
                 self._keys[pid] = key
@@ -561,7 +577,7 @@ class SqliteLedger:
                 row_id = self._landed[rid]
             try:
                 new_id = self._write_with_replay(key, record.to_dict(), row_id=row_id, op="finish")
-            except _WRITE_ERRORS as e:
+            except Exception as e:  # noqa: BLE001 - the switcher's record is never lost to an exception
                 prev = self._pending.get(key, {})
                 self._queue(
                     key,
@@ -931,8 +947,18 @@ class SqliteLedger:
         if not self._pending:
             self._writer()  # still proves the database opens
             return
+        quarantined = 0
         for key, entry in sorted(builtins.list(self._pending.items()), key=lambda kv: kv[1]["seq"]):
-            row_id = self._write(key, entry["record"], row_id=entry.get("row_id"), op="replay")
+            try:
+                row_id = self._write(key, entry["record"], row_id=entry.get("row_id"), op="replay")
+            except Exception as e:  # noqa: BLE001 - sorted below: unavailable, or this record
+                if _is_unavailable(e):
+                    raise
+                # The database works but refuses this one record (a bug, a damaged spool file):
+                # set it aside so that it does not stall every later record.
+                self._quarantine(key, e)
+                quarantined += 1
+                continue
             pid = entry.get("provisional_id")
             if pid is not None:
                 self._landed[pid] = row_id
@@ -942,7 +968,29 @@ class SqliteLedger:
             with self._plock:
                 del self._pending[key]
             self._unlink_spool(key)
-        self._error = None
+        self._error = (
+            f"{quarantined} pending record(s) could not be written: see ledger_record_quarantined"
+            if quarantined
+            else None
+        )
+
+    def _quarantine(self, key: str, e: BaseException) -> None:
+        with self._plock:
+            entry = self._pending.pop(key)
+        path = self._spool_file(key)
+        kept = None
+        if path is not None and os.path.exists(path):
+            with contextlib.suppress(OSError):
+                os.replace(path, path + ".bad")
+                kept = path + ".bad"
+        self._emit(
+            "error",
+            "ledger_record_quarantined",
+            uuid=key,
+            error=f"{type(e).__name__}: {e}",
+            kept=kept,
+            record=entry.get("record"),
+        )
 
     def _write(self, key: str, d: Mapping[str, Any], row_id: int | None, op: str) -> int:
         """Insert or rewrite one row in one transaction; the head file is written before COMMIT."""
@@ -1306,13 +1354,14 @@ class SqliteLedger:
             try:
                 with open(path, encoding="utf-8") as f:
                     entry = json.load(f)
-                if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
-                    raise ValueError("not a pending ledger record")
-                entry.setdefault("uuid", name[: -len(".json")])
-                entry.setdefault("seq", 0)
+                _check_spool_entry(entry, name[: -len(".json")])
                 out.append(entry)
             except (OSError, ValueError) as e:
+                # Kept for a person, out of the replay's way; the log line says where.
                 self._emit("error", "ledger_spool_bad_file", path=path, error=str(e))
+                if not self.readonly:
+                    with contextlib.suppress(OSError):
+                        os.replace(path, path + ".bad")
         out.sort(key=lambda e: e["seq"])
         return out
 
@@ -1361,6 +1410,30 @@ class SqliteLedger:
                 log(event, level=level, **fields)
         except Exception:  # noqa: BLE001 - a broken logger must not cost a ledger write
             pass
+
+
+def _is_unavailable(e: BaseException) -> bool:
+    """True when the database cannot be written right now (retry later), False when it refuses
+    this record for what it is (retrying will not help)."""
+    if isinstance(e, (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.DataError)):
+        return False
+    return isinstance(e, _WRITE_ERRORS)
+
+
+def _check_spool_entry(entry: Any, key: str) -> None:
+    """Raise ValueError unless ``entry`` is a spool entry this code wrote."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
+        raise ValueError("not a pending ledger record")
+    if entry.setdefault("uuid", key) != key:
+        raise ValueError(f"its uuid {entry.get('uuid')!r} does not match the file name")
+    entry.setdefault("seq", 0)
+    for k in ("seq",):
+        if not isinstance(entry[k], int) or isinstance(entry[k], bool):
+            raise ValueError(f"{k} is not an integer")
+    for k in ("row_id", "provisional_id"):
+        v = entry.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ValueError(f"{k} is not an integer")
 
 
 def _segment_intact(rows: Sequence[Mapping[str, Any]]) -> bool:

@@ -699,3 +699,53 @@ def test_ledger_status_reads_do_not_wait_for_a_blocked_write(paths: tuple[Path, 
         other.close()
         writer.join(timeout=10)
     assert result["id"] == 2
+
+
+def test_ledger_record_the_database_refuses_is_set_aside_not_stalling_the_rest(
+    paths: tuple[Path, Path],
+) -> None:
+    db, run = paths
+    log = Log()
+    led = SqliteLedger(db, run, log=log)
+    led.begin(make_record(0))
+    # A constraint that refuses one record for what it is (retrying will never help).
+    sqlite3_tool(
+        db,
+        "CREATE TRIGGER refuse BEFORE INSERT ON switches WHEN NEW.reason = 'poison' "
+        "BEGIN SELECT RAISE(ABORT, 'refused by a constraint'); END",
+    )
+    poison = make_record(1, reason="poison")
+    assert led.begin(poison) < 0  # not raised to the switcher: logged and spooled
+    assert log.events("ledger_pending")[-1]["record"]["reason"] == "poison"
+    good = make_record(2)
+    assert led.begin(good) == 2  # the refused record does not block the next one
+    (bad,) = spool_files(run)
+    assert bad.endswith(".json.bad")  # kept for a person, out of the replay's way
+    assert log.events("ledger_record_quarantined")[0]["record"]["reason"] == "poison"
+    assert led.health()["pending"] == 0
+    assert led.verify().ok
+
+
+def test_ledger_damaged_spool_files_are_set_aside(paths: tuple[Path, Path]) -> None:
+    db, run = paths
+    spool = run / ledger_mod.SPOOL_SUBDIR
+    spool.mkdir(parents=True)
+    (spool / "aaaa.json").write_text("{not json")
+    (spool / "bbbb.json").write_text(json.dumps({"uuid": "bbbb", "seq": 1, "row_id": "3", "record": {}}))
+    log = Log()
+    led = SqliteLedger(db, run, log=log)
+    assert sorted(spool_files(run)) == ["aaaa.json.bad", "bbbb.json.bad"]
+    assert len(log.events("ledger_spool_bad_file")) == 2
+    assert led.begin(make_record(1)) == 1 and led.health()["state"] == "ok"
+
+
+def test_ledger_text_that_is_not_utf8_still_lands(paths: tuple[Path, Path]) -> None:
+    db, run = paths
+    led = SqliteLedger(db, run, log=Log())
+    rec = make_record(1, argv_running=["/usr/bin/llama-server", "-m", "/models/caf\udce9.gguf"])
+    rec.reason = "r\udce9sum\u00e9 \u665a\u4e0a"  # a lone surrogate beside real non-ASCII text
+    assert led.begin(rec) == 1
+    got = led.get(1)
+    assert got is not None and got.argv_running[-1] == "/models/caf\udce9.gguf"  # kept exactly
+    assert "\u665a\u4e0a" in got.reason
+    assert led.verify().ok
