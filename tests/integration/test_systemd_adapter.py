@@ -150,10 +150,14 @@ def test_systemd_units_processes_lists_every_pid_in_the_cgroup(sandbox, units, w
     )
     sandbox.daemon_reload()
     units.start("family.service", timeout_s=10)
-    pids = wait_for(lambda: len(p := units.processes("family.service")) == 2 and p, 5, "two processes")
-    main = units.state("family.service").main_pid
-    assert main in pids
-    assert {_cmdline(p)[-1] for p in pids} == {"300", "301"}
+
+    def both_sleeping() -> list[int] | None:
+        # Until both have exec'd, one of them is still the shell.
+        pids = units.processes("family.service")
+        return pids if sorted(_cmdline(p)[-1] for p in pids) == ["300", "301"] else None
+
+    pids = wait_for(both_sleeping, 5, "both processes of the unit")
+    assert units.state("family.service").main_pid in pids
 
     units.stop("family.service", timeout_s=10)
     assert units.processes("family.service") == []
