@@ -330,6 +330,7 @@ class Switcher:
                 "message": f"internal error: {e!r}",
                 "error": SwitchFailed.dbus_name(),
                 "failed_phase": self._phase.value,
+                "internal_error": True,
             }
         self._results[ticket] = result
         with self._lock:
@@ -716,6 +717,8 @@ class Switcher:
 def _established_after(result: dict[str, Any], before: str | None) -> str | None:
     """What runs after a switch ended with ``result``, as far as gpushift made it so."""
     outcome = result.get("outcome")
+    if result.get("internal_error"):
+        return None  # a bug ended the switch somewhere: adopt what systemd says next
     if outcome == Outcome.OK.value:
         return str(result.get("to"))
     if outcome == Outcome.ROLLED_BACK.value:

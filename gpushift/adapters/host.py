@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -28,7 +29,16 @@ class ProcHost:
 
 
 class SystemClock:
-    """The :class:`gpushift.ports.Clock` of the real world."""
+    """The :class:`gpushift.ports.Clock` of the real world.
+
+    ``sleep`` waits on an Event rather than calling time.sleep: time.sleep's
+    clock_nanosleep(TIMER_ABSTIME) fails with EINVAL under libfaketime (measured), which the
+    integration tests preload to jump the daemon's wall clock.  An Event wait is the same
+    monotonic wait without that call.
+    """
+
+    def __init__(self) -> None:
+        self._never = threading.Event()
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc)
@@ -37,4 +47,4 @@ class SystemClock:
         return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
+        self._never.wait(max(0.0, seconds))
