@@ -637,8 +637,9 @@ class SqliteLedger:
                     except _WRITE_ERRORS as e:
                         self._queue(key, d, row_id=row_id, provisional_id=None, op="interrupted", error=e)
                         ids.append(row_id)
-            except _WRITE_ERRORS as e:
+            except Exception as e:  # noqa: BLE001 - a daemon must start even on a damaged ledger
                 self._note_error(e)
+                self._emit("error", "ledger_interrupt_failed", error=self._error)
                 ids += self._interrupt_unwritable(interrupt)
             for key, row_id, pid in spooled:
                 if key in self._pending:
@@ -670,9 +671,13 @@ class SqliteLedger:
         for row_id, key, text in rows:
             if key in self._pending:
                 continue
+            try:
+                d = json.loads(text)
+            except ValueError:
+                continue  # verify reports a damaged row; nothing to mark here
             self._queue(
                 key,
-                interrupt(json.loads(text)),
+                interrupt(d),
                 row_id=row_id,
                 provisional_id=None,
                 op="interrupted",
@@ -693,7 +698,7 @@ class SqliteLedger:
             before = self._replayed_total
             try:
                 self._replay()
-            except _WRITE_ERRORS as e:
+            except Exception as e:  # noqa: BLE001 - called from a timer: report, never raise
                 self._note_error(e)
                 if self._pending:
                     self._emit(

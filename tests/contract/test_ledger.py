@@ -749,3 +749,31 @@ def test_ledger_text_that_is_not_utf8_still_lands(paths: tuple[Path, Path]) -> N
     assert got is not None and got.argv_running[-1] == "/models/caf\udce9.gguf"  # kept exactly
     assert "\u665a\u4e0a" in got.reason
     assert led.verify().ok
+
+
+def test_ledger_mark_interrupted_while_the_database_is_read_only(paths: tuple[Path, Path]) -> None:
+    db, run = paths
+    state = {"ro": False}
+
+    def hook(conn: sqlite3.Connection) -> None:
+        if state["ro"]:
+            conn.execute("PRAGMA query_only = ON")
+
+    led = SqliteLedger(db, run, log=Log(), connect_hook=hook)
+    assert led.begin(make_record(1)) == 1  # in the database, unfinished
+    led.close()
+    state["ro"] = True
+    pid = led.begin(make_record(2))  # in the spool, unfinished
+    assert pid < 0
+    del led  # the daemon dies with both switches open
+
+    restarted = SqliteLedger(db, run, log=Log(), connect_hook=hook)  # the database still refuses writes
+    assert restarted.mark_interrupted(T0 + timedelta(hours=1)) == [pid, 1]
+    assert restarted.health()["pending"] == 2
+    assert {r.id: r.outcome for r in restarted.list()} == {1: "interrupted", pid: "interrupted"}
+    assert rows(db) == [(1, "ticket-1", "pending")]
+
+    state["ro"] = False
+    assert restarted.flush_pending() == 2
+    assert rows(db) == [(1, "ticket-1", "interrupted"), (2, "ticket-2", "interrupted")]
+    assert restarted.verify().ok
