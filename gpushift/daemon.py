@@ -327,10 +327,22 @@ class Daemon:
         due = time.monotonic() - self._last_reconcile >= self.config.daemon.reconcile_interval_s
         if jumped or due:
             self._last_reconcile = time.monotonic()
+            self._flush_ledger()
             self._tick(Trigger.RECONCILE)
             self._arm()
             self._update_status_line()
         return True
+
+    def _flush_ledger(self) -> None:
+        """A degraded ledger (disk full, locked) retries its pending spool here."""
+        ledger = self.components.ledger
+        try:
+            if ledger.health().get("pending"):
+                n = ledger.flush_pending()  # type: ignore[attr-defined]
+                if n:
+                    self.log.info("ledger_flushed", rows=n)
+        except Exception as e:
+            self.log.error("ledger_flush_failed", error=repr(e))
 
     def _quit(self) -> bool:
         if self._loop is not None:

@@ -111,7 +111,14 @@ class Keeper:
         self.blocked: str | None = None
         self.last_action: str = ""
         self._pending_ticket: str | None = None
+        self._last_finished: tuple[str, float] = ("", 0.0)
         self._lock = threading.RLock()
+        # Retry spacing counts from when a switch ended, not from the tick that noticed it.
+        switcher.listeners.append(self._on_switch_event)
+
+    def _on_switch_event(self, event: Any) -> None:
+        if event.kind == "finished":
+            self._last_finished = (event.ticket, self.monotonic())
 
     # ------------------------------------------------------------ people
 
@@ -134,6 +141,7 @@ class Keeper:
                     end = b.at if b else None
                 ov = Override("override" if end else "hold", backend, end, caller.user, now, reason)
             self._set_override(ov)
+            self.blocked = None  # a person acted: an old "gave up" no longer describes the state
             return ov
 
     def resume(self, caller: Caller) -> str:
@@ -178,6 +186,12 @@ class Keeper:
             return f"several backends run ({', '.join(running)}); waiting for a person"
         if established is None:
             self.switcher.adopt(actual)
+        elif actual != established and actual == OFF and self._crashed(established):
+            # Not a person: the backend died by itself (unit "failed").  Adopt "off" and let the
+            # schedule bring it back, with the same bounded retries as any scheduled switch.
+            self._warn("backend_crashed", backend=established,
+                       detail="its unit failed on its own; the schedule decides what runs next")
+            self.switcher.adopt(OFF, force=True)
         elif actual != established:
             self._external(established, actual, now)
         # 3. the schedule
@@ -227,18 +241,25 @@ class Keeper:
         self._pending_ticket = None
         if not res.get("ok") and self.attempts is not None:
             self.attempts.failures += 1
-            self.attempts.last_failure_mono = self.monotonic()
+            ticket, ended = self._last_finished
+            self.attempts.last_failure_mono = ended if ticket == t else self.monotonic()
             self.attempts.last_message = str(res.get("message", ""))[:300]
+
+    def _crashed(self, backend: str) -> bool:
+        b = self.switcher.config.backends.get(backend)
+        return b is not None and self.switcher.units.state(b.unit).failed
 
     def _external(self, established: str, actual: str, now: datetime) -> None:
         nxt = self.schedule.next_boundary(now) if self.schedule else None
         ov = self.override
-        if ov is None or ov.mode != "hold":
-            ov = Override(
+        if ov is not None and ov.mode == "hold":
+            # A hold stays a hold, now of what really runs.
+            self._set_override(Override("hold", actual, None, ov.set_by, ov.set_at, ov.reason, ov.source))
+        else:
+            self._set_override(Override(
                 "override" if nxt else "hold", actual, nxt.at if nxt else None, "systemctl", now,
                 f"{established} -> {actual} changed outside gpushift", "external",
-            )
-            self._set_override(ov)
+            ))
         self._warn("external_change", was=established, now=actual,
                    detail="not undone before the next schedule boundary")
         self.switcher.note_external(established, actual)

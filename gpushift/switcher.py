@@ -178,10 +178,13 @@ class Switcher:
         with self._lock:
             return self._current is not None, self._established
 
-    def adopt(self, backend: str) -> None:
-        """Take what runs as established (daemon start: a new daemon adopts what it finds)."""
+    def adopt(self, backend: str, force: bool = False) -> None:
+        """Take what runs as established (daemon start: a new daemon adopts what it finds).
+
+        ``force`` replaces a known value (a backend that crashed by itself is now "off").
+        """
         with self._lock:
-            if self._current is None:
+            if self._current is None and (force or self._established is None):
                 self._established = backend
 
     def note_external(self, from_backend: str, to_backend: str) -> None:

@@ -12,7 +12,14 @@ from ..model import UnitState
 
 
 class ProcHost:
-    """The :class:`gpushift.ports.Host` of a Linux machine."""
+    """The :class:`gpushift.ports.Host` of a Linux machine.
+
+    Keeps the model-file fingerprint cache for the life of the daemon, so an unchanged model
+    (same path, size, mtime) is not read again at every switch.
+    """
+
+    def __init__(self) -> None:
+        self._fp_cache: dict[Any, Any] = {}
 
     def cmdline(self, pid: int) -> list[str]:
         try:
@@ -25,7 +32,7 @@ class ProcHost:
     def launch_info(self, unit: UnitState, argv: Sequence[str]) -> dict[str, Any]:
         from .launchinfo import collect_launch_info
 
-        return collect_launch_info(unit, argv)
+        return collect_launch_info(unit, argv, cache=self._fp_cache)
 
 
 class SystemClock:

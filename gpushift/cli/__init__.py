@@ -204,6 +204,9 @@ def render_status(s: dict[str, Any]) -> str:
             lines.append(f"      cannot read open files of pid {', '.join(map(str, g['unreadable_pids']))}")
     last = s.get("last_switch")
     if last:
+        sched = s.get("schedule") or {}
+        if sched.get("blocked"):
+            lines.append(f"blocked:  {sched['blocked']}")
         lines.append(f"last:     #{last.get('id')} {last.get('from') or 'off'} -> {last.get('to')} "
                      f"{last.get('outcome')} at {last.get('finished_at') or last.get('started_at')} "
                      f"({last.get('trigger')} by {last.get('requested_by')})"
@@ -213,6 +216,10 @@ def render_status(s: dict[str, Any]) -> str:
     led = s.get("ledger") or {}
     if led.get("state") and led.get("state") != "ok":
         lines.append(f"ledger:   {led.get('state')} ({led.get('pending', 0)} pending) {led.get('error') or ''}".rstrip())
+    else:
+        lines.append("ledger:   ok")
+    if led.get("alarm"):
+        lines.append(f"ledger:   TAMPER ALARM: {led['alarm']} (run `gpushift ledger verify`)")
     return "\n".join(lines)
 
 
