@@ -97,7 +97,7 @@ class Daemon:
 
         self.keeper = Keeper(
             self.switcher, self.schedule, JsonOverrideStore(os.path.join(self.config.daemon.state_dir,
-                                                                          "override.json")),
+                                                                          "override.json"), log=self.log),
             now=c.clock.now, monotonic=c.clock.monotonic, log=self.log,
             max_attempts=self.config.daemon.max_attempts, retry_after_s=self.config.daemon.retry_after_s,
         )

@@ -253,6 +253,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--hold-device", metavar="PATH", nargs="+", action="extend", default=[], help="files to keep open"
     )
     p.add_argument("--request-seconds", type=float, default=0.0, help="how long a completion takes")
+    p.add_argument(
+        "-m", "--model", metavar="PATH", help="a model file to 'load' (must exist; its head is read)"
+    )
     return p.parse_args(argv)
 
 
@@ -263,6 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.exit_at_once:
         log("exiting at once (--exit-at-once)")
         return 1
+    if args.model:
+        try:
+            with open(args.model, "rb") as f:  # as a real server would fail on a missing model
+                f.read(4096)
+        except OSError as e:
+            log(f"cannot load model {args.model}: {e.strerror}")
+            return 1
     devices: list[BinaryIO] = []
     for path in args.hold_device:
         try:

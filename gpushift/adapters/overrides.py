@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from ..keeper import Override
 
@@ -12,8 +14,10 @@ from ..keeper import Override
 class JsonOverrideStore:
     """``state_dir/override.json``; written atomically (temp file + rename + fsync)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], log: Any = None) -> None:
         self.path = Path(path)
+        self.log = log
+        self.error: str | None = None
 
     def load(self) -> Override | None:
         try:
@@ -31,10 +35,21 @@ class JsonOverrideStore:
             return None
 
     def save(self, override: Override | None) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Persist; a full or read-only disk must not fail the switch: it is logged, and the
+        override still holds in memory until the daemon restarts."""
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(override.to_dict() if override else {}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(override.to_dict() if override else {}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            self.error = None
+        except OSError as e:
+            self.error = f"cannot save {self.path}: {e.strerror}"
+            if self.log is not None:
+                self.log.error("override_not_saved", path=str(self.path), error=e.strerror,
+                               detail="it holds until the daemon restarts")
+            with contextlib.suppress(OSError):
+                tmp.unlink()

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from gpushift_env import GPUSHIFT, Backend, GpushiftEnv, end, free_port
 
 
