@@ -268,8 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.model:
         try:
-            with open(args.model, "rb") as f:  # as a real server would fail on a missing model
-                f.read(4096)
+            with open(args.model, "rb") as model:  # as a real server would fail on a missing model
+                model.read(4096)
         except OSError as e:
             log(f"cannot load model {args.model}: {e.strerror}")
             return 1

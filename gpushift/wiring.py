@@ -43,13 +43,13 @@ def make_ledger(config: Config, log: Any = None, readonly: bool = False) -> Ledg
     from .adapters.ledger import SqliteLedger
 
     if readonly:
-        return SqliteLedger.open_readonly(config.ledger_path, spool_dir=config.daemon.runtime_dir)  # type: ignore[no-any-return]
+        return SqliteLedger.open_readonly(config.ledger_path, spool_dir=config.daemon.runtime_dir)
     return SqliteLedger(config.ledger_path, spool_dir=config.daemon.runtime_dir, log=log)
 
 
 def build(config: Config, log: Any = None, readonly_ledger: bool = False) -> Components:
     """Connect to the bus and build every adapter (nothing of this happens at import)."""
-    from .adapters import systemd
+    from .adapters import systemd as systemd
     from .adapters.host import ProcHost, SystemClock
     from .adapters.http_probe import HttpBackendProbe
 

@@ -24,12 +24,10 @@ def _translate(e: Exception) -> GpushiftError:
     from gi.repository import Gio
 
     name = Gio.DBusError.get_remote_error(e) if hasattr(e, "domain") else None
-    msg = Gio.DBusError.strip_remote_error(e) if hasattr(e, "domain") else None  # type: ignore[func-returns-value]
     text = getattr(e, "message", str(e))
     if name:
         prefix = f"GDBus.Error:{name}: "
         text = text[len(prefix):] if text.startswith(prefix) else text
-    del msg
     if name in ("org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
                 "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Disconnected"):
         return DaemonUnavailable(f"the gpushift daemon is not running on this bus ({name})")

@@ -89,7 +89,8 @@ class HttpBackendProbe:
             except (OSError, subprocess.TimeoutExpired) as e:
                 return VersionInfo(None, "command", f"error: {e}")
             raw = (p.stdout + "\n" + p.stderr).strip()
-            return VersionInfo(parse_version_output(raw) or (raw.splitlines() or [None])[0], "command", raw[:2000])
+            first = raw.splitlines()[0] if raw else None
+            return VersionInfo(parse_version_output(raw) or first, "command", raw[:2000])
         return VersionInfo(None, "none")
 
     def in_flight(self, backend: Any) -> int | None:

@@ -83,7 +83,7 @@ def _bus_kind(ctx: click.Context) -> str:
             from pathlib import Path
 
             text = Path(config_mod.config_path(ctx.obj["config_path"])).read_text(encoding="utf-8")
-            data = config_mod.tomllib.loads(text)
+            data = config_mod.tomllib.loads(text)  # type: ignore[attr-defined]
             bus = data.get("daemon", {}).get("bus", "system")
             return bus if bus in ("system", "session") else "system"
         except (OSError, ValueError, AttributeError):

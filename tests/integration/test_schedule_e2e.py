@@ -5,6 +5,7 @@ clock), the real CLI, stand-in backends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -205,9 +206,7 @@ def test_watchdog_ready_and_restart_of_a_hung_daemon(sched_env):
                      and env.active_state("gpushift.service") == "active", 90,
                      "systemd to kill and restart the hung daemon")
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
     assert int(env.sb.show("gpushift.service", "NRestarts")["NRestarts"]) >= 1
     assert env.active_state("gs-a.service") == "active"  # the backend was never touched
