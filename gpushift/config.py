@@ -102,6 +102,12 @@ class Config:
         return os.path.join(self.daemon.state_dir, "ledger.db")
 
 
+def _origin(url: str) -> str:
+    """``http://127.0.0.1:8000/health`` → ``http://127.0.0.1:8000``."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
 def config_path(explicit: str | None = None) -> str:
     """``--config`` wins, then ``$GPUSHIFT_CONFIG``, then the default path."""
     return explicit or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG_PATH
@@ -275,14 +281,27 @@ class _Reader:
             if len(set(gpus_raw)) != len(gpus_raw):
                 raise self.err(f"{where}.gpus", f"a GPU is listed twice in {gpus_raw!r}")
             gpus = tuple(gpus_raw)
+        kind = self.string(d, where, "kind", "generic", BACKEND_KINDS)
+        health_url = self.url(d, where, "health_url", required=True) or ""
+        version_url = self.url(d, where, "version_url")
+        metrics_url = self.url(d, where, "metrics_url")
+        # A kind brings the endpoints its server always has, where the config names none.
+        origin = _origin(health_url)
+        if kind == "vllm":
+            version_url = version_url or (None if version_command else origin + "/version")
+            metrics_url = metrics_url or origin + "/metrics"
+        elif kind == "llama-server":
+            # /props carries build_info; /slots tells per slot whether it is processing.
+            version_url = version_url or (None if version_command else origin + "/props")
+            metrics_url = metrics_url or origin + "/slots"
         return BackendConfig(
             name=name,
             unit=unit,
-            kind=self.string(d, where, "kind", "generic", BACKEND_KINDS),
-            health_url=self.url(d, where, "health_url", required=True) or "",
-            version_url=self.url(d, where, "version_url"),
+            kind=kind,
+            health_url=health_url,
+            version_url=version_url,
             version_command=version_command,
-            metrics_url=self.url(d, where, "metrics_url"),
+            metrics_url=metrics_url,
             start_timeout_s=self.number(d, where, "start_timeout_s", 300.0, minimum=0.1),
             drain_timeout_s=self.number(d, where, "drain_timeout_s", 30.0),
             gpus=gpus,

@@ -50,6 +50,17 @@ def parse_inflight(metrics_text: str, names: Sequence[str] = _INFLIGHT_METRICS) 
     return int(total) if seen else None
 
 
+def parse_slots(text: str) -> int | None:
+    """llama-server's ``/slots``: how many slots are processing a request."""
+    try:
+        slots = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(slots, list):
+        return None
+    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+
+
 def parse_version_output(text: str) -> str | None:
     """``version: 6143 (0e55e3a1)`` (llama-server --version, on stderr) → ``6143 (0e55e3a1)``."""
     m = _VERSION_RE.search(text)
@@ -75,7 +86,10 @@ class HttpBackendProbe:
                 status, body = _get(version_url, timeout_s)
                 if status == 200:
                     data: Any = json.loads(body)
-                    v = data.get("version") if isinstance(data, dict) else None
+                    v = None
+                    if isinstance(data, dict):
+                        # vLLM's /version: {"version": ...}; llama-server's /props: build_info
+                        v = data.get("version") or data.get("build_info")
                     if v is not None:
                         return VersionInfo(str(v), "url", body[:500].decode("utf-8", "replace"))
                 return VersionInfo(None, "url", f"HTTP {status}")
@@ -104,4 +118,7 @@ class HttpBackendProbe:
             return None
         if status != 200:
             return None
-        return parse_inflight(body.decode("utf-8", "replace"))
+        text = body.decode("utf-8", "replace")
+        if text.lstrip().startswith("["):  # llama-server's /slots
+            return parse_slots(text)
+        return parse_inflight(text)
