@@ -266,3 +266,67 @@ def test_daemon_refuses_second_instance_name(ab):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0
     assert "bus_name_taken" in r.stdout
+
+
+def _slow_completion(port: int, seconds: float, out: dict) -> None:
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        data=json.dumps({"prompt": "hello", "sleep": seconds}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            out["status"] = r.status
+            out["done_at"] = time.monotonic()
+    except Exception as e:  # noqa: BLE001 - the test asserts on what happened
+        out["error"] = repr(e)
+        out["done_at"] = time.monotonic()
+
+
+def test_drain_waits_for_request_in_flight_and_ledger_shows_it(ab):
+    import threading
+
+    env = ab()
+    port = env.backends["a"].port
+    out: dict = {}
+    t = threading.Thread(target=_slow_completion, args=(port, 4.0, out))
+    t.start()
+    env.wait_for(lambda: "standin:requests_running 1" in _metrics(port), 10, "the request to be in flight")
+    r = env.cli("switch", "b", check=True)
+    t.join(30)
+    assert out.get("status") == 200, out  # it completed: the stop waited for it
+    assert "drain" in r.stdout and "1 request(s) in flight" in r.stdout
+    row = env.ledger_row(env.ledger()[0]["id"])
+    drain = row["extra"]["drain"][0]
+    assert drain["backend"] == "a" and drain["in_flight_at_start"] == 1 and drain["in_flight_at_stop"] == 0
+    assert not drain["timed_out"] and drain["waited_s"] >= 1.0
+
+
+def test_switch_now_skips_the_drain(ab):
+    import threading
+
+    env = ab()
+    port = env.backends["a"].port
+    out: dict = {}
+    t = threading.Thread(target=_slow_completion, args=(port, 20.0, out))
+    t.start()
+    env.wait_for(lambda: "standin:requests_running 1" in _metrics(port), 10, "the request to be in flight")
+    t0 = time.monotonic()
+    env.cli("switch", "b", "--now", check=True)
+    assert time.monotonic() - t0 < 15
+    t.join(30)
+    assert "error" in out, out  # the stop cut it off
+    row = env.ledger_row(env.ledger()[0]["id"])
+    assert row["extra"]["drain"][0]["skipped"] is True
+
+
+def _metrics(port: int) -> str:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
