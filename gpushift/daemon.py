@@ -86,9 +86,12 @@ class Daemon:
         for row_id in interrupted:
             self.log.warning("switch_interrupted", ledger_id=row_id,
                              detail="found unfinished at start: the daemon died mid-switch")
+        from .adapters.doctor_io import HostDoctor
+
         self.switcher = Switcher(
             self.config, c.units, c.gpu, c.probe, c.ledger, c.host, c.clock,
             listener=self._on_event, log=self.log, version=__version__,
+            doctor=HostDoctor(c.units, c.gpu, c.ledger),
         )
         if c.gpu.simulated:
             self.log.warning("gpu_simulated", detail="GPU provider is SIMULATED: no real VRAM is measured")

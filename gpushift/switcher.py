@@ -126,8 +126,10 @@ class Switcher:
         listener: Listener | None = None,
         log: Any = None,
         version: str = "",
+        doctor: Callable[[Config, str], Sequence[Any]] | None = None,
     ) -> None:
         self.config = config
+        self.doctor = doctor
         self.units = units
         self.gpu = gpu
         self.probe = probe
@@ -421,6 +423,8 @@ class Switcher:
             if target_state.load_state != "loaded":
                 refusal = f"unit {target_cfg.unit} of backend {target} is {target_state.load_state}"
         rec.gpu_facts = self.gpu.facts().to_dict()
+        if refusal is None and target_cfg is not None and self.doctor is not None:
+            refusal = self._consult_doctor(ticket, config, target, rec)
         before = self._readings(watched)
         rec.vram["before"] = [r.to_dict() for r in before]
         if refusal is None:
@@ -495,6 +499,26 @@ class Switcher:
         return self._result(rec, ok=True)
 
     # ----------------------------------------------------------------- steps
+
+    def _consult_doctor(self, ticket: str, config: Config, target: str, rec: SwitchRecord) -> str | None:
+        """Preflight rules (gpushift check): errors refuse the switch, warnings are recorded."""
+        assert self.doctor is not None
+        try:
+            findings = list(self.doctor(config, target))
+        except Exception as e:  # the doctor must never be why a switch fails
+            self.log.exception("doctor_failed", ticket=ticket, error=repr(e))
+            rec.extra["doctor_error"] = repr(e)
+            return None
+        rec.extra["doctor"] = [f.to_dict() for f in findings]
+        for f in findings:
+            if not f.is_error:
+                self.log.warning("doctor_warning", ticket=ticket, backend=f.backend, code=f.code,
+                                 message=f.message)
+                self._progress(ticket, Phase.PREFLIGHT, f"warning: {f.message}")
+        errors = [f for f in findings if f.is_error]
+        if not errors:
+            return None
+        return "; ".join(f"{f.message}" + (f" ({f.hint})" if f.hint else "") for f in errors)
 
     def _check_cancel(self, phase: Phase) -> None:
         self.heartbeat = self.clock.monotonic()

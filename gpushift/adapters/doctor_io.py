@@ -1,0 +1,138 @@
+"""L4: gathers the host facts the preflight doctor's pure rules need (gpushift/doctor.py).
+
+Unit commands and environments come from systemd, GPU facts from the GPU provider, listeners from
+the kernel's TCP table, model ``config.json`` files and paths from the filesystem, the last known
+versions and ECC counts from the ledger.  Used before every switch (only the target's findings
+count there) and by ``gpushift check``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+from .. import doctor
+from ..config import Config
+from ..errors import GpushiftError
+from ..model import Holder, HostGpuFacts, UnitState
+from ..ports import GpuProbe, Ledger, UnitControl
+
+
+def tcp_listeners() -> dict[int, Holder]:
+    """Who listens on which local TCP port (pid, user, command, unit)."""
+    import psutil
+
+    from .procscan import process_info
+
+    out: dict[int, Holder] = {}
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return out
+    for c in conns:
+        if c.status != psutil.CONN_LISTEN or not c.laddr or c.pid is None:
+            continue
+        info = process_info(c.pid)
+        if info is None:
+            continue
+        out.setdefault(c.laddr.port, info.to_holder())
+    return out
+
+
+def _checkpoint(backend_kind: str, argv: Sequence[str], env: dict[str, str]) -> doctor.CheckpointFacts | None:
+    """For vLLM: the model directory's config.json (dtype, quantization), when it is local."""
+    if backend_kind != "vllm":
+        return None
+    model = doctor.flag_value(doctor.expand_argv(argv, env), ("--model",), "vllm")
+    if not model or not os.path.isdir(model):
+        return None
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
+            return doctor.checkpoint_facts_from_config(json.load(f))
+    except (OSError, ValueError):
+        return None
+
+
+def _command_version(cmd: Sequence[str]) -> str | None:
+    from .http_probe import parse_version_output
+
+    try:
+        p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_version_output(p.stdout + "\n" + p.stderr)
+
+
+def _ledger_memory(ledger: Ledger | None) -> tuple[dict[str, str], dict[str, int]]:
+    """The last version of each backend and the corrected ECC counts at the last launch."""
+    versions: dict[str, str] = {}
+    ecc: dict[str, int] = {}
+    if ledger is None:
+        return versions, ecc
+    try:
+        rows = ledger.list(limit=100)
+    except Exception:
+        return versions, ecc
+    for r in rows:  # newest first
+        if r.backend_version and r.to_backend not in versions and r.outcome == "ok":
+            versions[r.to_backend] = r.backend_version
+        if not ecc and r.gpu_facts:
+            for g in r.gpu_facts.get("gpus", []):
+                if g.get("uuid") and g.get("ecc_corrected") is not None:
+                    ecc[g["uuid"]] = int(g["ecc_corrected"])
+    return versions, ecc
+
+
+def run_checks(
+    config: Config,
+    units: UnitControl | None,
+    gpu: GpuProbe,
+    ledger: Ledger | None,
+    facts: HostGpuFacts | None = None,
+    probe_versions: bool = True,
+) -> tuple[list[doctor.Finding], HostGpuFacts, dict[str, UnitState | None]]:
+    """Every finding for every configured backend, with the facts it was based on."""
+    facts = facts or gpu.facts()
+    versions, ecc = _ledger_memory(ledger)
+    states: dict[str, UnitState | None] = {}
+    inputs = []
+    for name, b in config.backends.items():
+        st: UnitState | None = None
+        if units is not None:
+            try:
+                st = units.state(b.unit)
+            except GpushiftError:
+                st = None
+        states[name] = st
+        env = doctor.unit_environment(st)
+        argv = list(st.exec_start) if st else []
+        version = versions.get(name)
+        if probe_versions and b.version_command:
+            version = _command_version(b.version_command) or version
+        inputs.append(doctor.BackendInput(
+            backend=b, unit=st, argv=argv, env=env, version=version,
+            checkpoint=_checkpoint(b.kind, argv, env),
+        ))
+    findings = doctor.check_all(
+        inputs, facts, path_exists=os.path.exists, previous_ecc_corrected=ecc or None,
+        listeners=tcp_listeners(),
+    )
+    return findings, facts, states
+
+
+class HostDoctor:
+    """The switcher's preflight doctor: findings about one target, from the real host."""
+
+    def __init__(self, units: UnitControl, gpu: GpuProbe, ledger: Ledger) -> None:
+        self.units = units
+        self.gpu = gpu
+        self.ledger = ledger
+
+    def __call__(self, config: Config, target: str) -> list[Any]:
+        # Versions are not probed here: a version command may be slow, and the last recorded
+        # version is what the pinned-version rule needs before a launch.
+        findings, _facts, _states = run_checks(config, self.units, self.gpu, self.ledger, probe_versions=False)
+        return [f for f in findings if f.backend == target]
