@@ -42,6 +42,7 @@ class Backend:
     start_timeout_s: float = 20.0
     timeout_stop_s: int = 3
     exec_start: str | None = None  # replaces the stand-in entirely (e.g. a missing binary)
+    kind: str = "generic"
 
     @property
     def unit(self) -> str:
@@ -103,6 +104,7 @@ class GpushiftEnv:
                 "",
                 f"[backends.{b.name}]",
                 f'unit = "{b.unit}"',
+                f'kind = "{b.kind}"',
                 f'health_url = "http://127.0.0.1:{b.port}/health"',
                 f'version_url = "http://127.0.0.1:{b.port}/version"',
                 f'metrics_url = "http://127.0.0.1:{b.port}/metrics"',

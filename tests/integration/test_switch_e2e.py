@@ -25,10 +25,10 @@ def make_env(sandbox, name: str, backends: list[Backend], **opts) -> GpushiftEnv
 def ab(sandbox):
     """Backends a (GPUs 0,1) and b (GPU 1) with A serving, daemon up."""
 
-    def build(a_args=(), b_args=(), b_exec=None, b_timeout=20.0, **opts) -> GpushiftEnv:
+    def build(a_args=(), b_args=(), b_exec=None, b_timeout=20.0, b_kind="generic", **opts) -> GpushiftEnv:
         a = Backend("a", free_port(), [0, 1], version="1.1.0", vram_mib=14500, args=list(a_args))
         b = Backend("b", free_port(), [1], version="2.5.0", vram_mib=6800, args=list(b_args),
-                    exec_start=b_exec, start_timeout_s=b_timeout)
+                    exec_start=b_exec, start_timeout_s=b_timeout, kind=b_kind)
         env = make_env(sandbox, "gs", [a, b], **opts).up()
         env.cli("switch", "a", "--reason", "setup", check=True)
         assert env.active_state("gs-a.service") == "active"
@@ -330,3 +330,16 @@ def _metrics(port: int) -> str:
             return r.read().decode()
     except OSError:
         return ""
+
+
+def test_doctor_error_refuses_before_anything_is_stopped(ab):
+    # kind llama-server: its rules know -m/--model names a GGUF file that must exist
+    env = ab(b_args=["--model", "/nonexistent/models/tiny-Q4_K_M.gguf"], b_kind="llama-server")
+    a_pid = env.main_pid("gs-a.service")
+    r = env.cli("switch", "b")
+    assert r.returncode == 7, r.stderr
+    assert "refused" in r.stderr and "/nonexistent/models/tiny-Q4_K_M.gguf" in r.stderr
+    assert env.main_pid("gs-a.service") == a_pid
+    row = env.ledger_row(env.ledger()[0]["id"])
+    assert row["outcome"] == "refused"
+    assert any(f["code"] == "model-path-missing" for f in row["extra"]["doctor"])
