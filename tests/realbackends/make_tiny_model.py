@@ -39,7 +39,67 @@ STAMP = ".complete"
 
 DEFAULT_DIR = os.environ.get("GPUSHIFT_REALBACKENDS_DIR", "/var/cache/gpushift/realbackends")
 
-_WORDS = ["the", "a", "one", "two", "three", "gpu", "host", "night", "day", "switch", "server", "model", "token", "memory", "card", "time", "share", "vllm", "llama", "serve", "stop", "start", "ready", "health", "drain", "request", "answer", "fast", "slow", "small", "tiny", "large", "team", "person", "schedule", "ledger", "record", "launch", "unit", "system", "daemon", "kernel", "driver", "volta", "ampere", "hopper", "cache", "layer", "weight", "tensor", "quantize", "float", "half", "byte", "block", "slot", "queue", "wait", "run"]
+_WORDS = [
+    "the",
+    "a",
+    "one",
+    "two",
+    "three",
+    "gpu",
+    "host",
+    "night",
+    "day",
+    "switch",
+    "server",
+    "model",
+    "token",
+    "memory",
+    "card",
+    "time",
+    "share",
+    "vllm",
+    "llama",
+    "serve",
+    "stop",
+    "start",
+    "ready",
+    "health",
+    "drain",
+    "request",
+    "answer",
+    "fast",
+    "slow",
+    "small",
+    "tiny",
+    "large",
+    "team",
+    "person",
+    "schedule",
+    "ledger",
+    "record",
+    "launch",
+    "unit",
+    "system",
+    "daemon",
+    "kernel",
+    "driver",
+    "volta",
+    "ampere",
+    "hopper",
+    "cache",
+    "layer",
+    "weight",
+    "tensor",
+    "quantize",
+    "float",
+    "half",
+    "byte",
+    "block",
+    "slot",
+    "queue",
+    "wait",
+    "run",
+]
 
 
 def _corpus(n: int, seed: int) -> list[str]:
@@ -90,7 +150,11 @@ def build(work: Path, llama_cpp_dir: Path, quantize: str) -> None:
     # The sentencepiece model itself goes into the HF directory too: llama.cpp's converter reads
     # tokenizer.model (SPM vocab), vLLM/transformers read the tokenizer files save_pretrained writes.
     shutil.copy(f"{spm_prefix}.model", hf / "tokenizer.model")
-    tok = LlamaTokenizer(vocab_file=str(hf / "tokenizer.model"), legacy=False, add_bos_token=True)
+    # transformers 5 builds its (tokenizers-backed) LlamaTokenizer from tokenizer.model only through
+    # from_pretrained: the constructor's vocab_file gives an empty vocabulary (measured).
+    tok = LlamaTokenizer.from_pretrained(str(hf), legacy=False)
+    if len(tok) != vocab_size:
+        raise RuntimeError(f"tokenizer has {len(tok)} tokens, the sentencepiece model {vocab_size}")
     tok.save_pretrained(str(hf))
 
     torch.manual_seed(0)
@@ -115,12 +179,25 @@ def build(work: Path, llama_cpp_dir: Path, quantize: str) -> None:
     f16 = work / "tiny-f16.gguf"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     subprocess.run(
-        [sys.executable, str(llama_cpp_dir / "convert_hf_to_gguf.py"), str(hf), "--outfile", str(f16), "--outtype", "f16"],
+        [
+            sys.executable,
+            str(llama_cpp_dir / "convert_hf_to_gguf.py"),
+            str(hf),
+            "--outfile",
+            str(f16),
+            "--outtype",
+            "f16",
+        ],
         check=True,
         env=env,
         stdout=sys.stderr,
     )
-    subprocess.run([quantize, str(f16), str(work / GGUF_NAME), "Q4_K_M"], check=True, stdout=sys.stderr, stderr=sys.stderr)
+    subprocess.run(
+        [quantize, str(f16), str(work / GGUF_NAME), "Q4_K_M"],
+        check=True,
+        stdout=sys.stderr,
+        stderr=sys.stderr,
+    )
     f16.unlink()
     for leftover in (f"{spm_prefix}.model", f"{spm_prefix}.vocab"):
         Path(leftover).unlink(missing_ok=True)
@@ -132,13 +209,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("outdir", type=Path)
     ap.add_argument("--llama-cpp-dir", type=Path, default=Path(DEFAULT_DIR) / "llama.cpp")
-    ap.add_argument("--quantize", default=shutil.which("llama-quantize") or str(Path(sys.executable).parent / "llama-quantize"))
+    ap.add_argument(
+        "--quantize",
+        default=shutil.which("llama-quantize") or str(Path(sys.executable).parent / "llama-quantize"),
+    )
     args = ap.parse_args(argv)
     out: Path = args.outdir.absolute()
     t0 = time.monotonic()
     if not _finished(out):
         if not (args.llama_cpp_dir / "convert_hf_to_gguf.py").is_file():
-            print(f"make_tiny_model: FAIL: no convert_hf_to_gguf.py in {args.llama_cpp_dir} (run tests/realbackends/setup.sh)", file=sys.stderr)
+            print(
+                f"make_tiny_model: FAIL: no convert_hf_to_gguf.py in {args.llama_cpp_dir} (run tests/realbackends/setup.sh)",
+                file=sys.stderr,
+            )
             return 1
         out.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -153,7 +236,15 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
-    print(json.dumps({"hf_dir": str(out / HF_SUBDIR), "gguf": str(out / GGUF_NAME), "seconds": round(time.monotonic() - t0, 1)}))
+    print(
+        json.dumps(
+            {
+                "hf_dir": str(out / HF_SUBDIR),
+                "gguf": str(out / GGUF_NAME),
+                "seconds": round(time.monotonic() - t0, 1),
+            }
+        )
+    )
     return 0
 
 

