@@ -73,8 +73,9 @@ test-real: venv
 
 test: lint test-unit test-pythons test-contract test-integration test-real
 
-test-gpu: venv
-	$(VENV)/bin/pytest -v -p no:cacheprovider tests/gpu
+# On a GPU host: needs torch (CUDA), nvidia-ml-py, psutil and pytest in $(PYTHON); see tests/gpu/README.md.
+test-gpu:
+	PYTHONPATH=. $(PYTHON) -m pytest --confcutdir=tests/gpu -p no:cacheprovider -v tests/gpu
 
 demo: venv
 	$(PY) -m gpushift.demo run
