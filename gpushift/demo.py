@@ -66,6 +66,7 @@ def standin_unit(
     timeout_stop_s: int = 3,
     exec_start: str | None = None,
     python: str = sys.executable,
+    environment: dict[str, str] | None = None,
 ) -> str:
     """A backend unit running the stand-in server; ``${STANDIN_*}`` are expanded by systemd."""
     holds = " ".join(f"--hold-device {d}" for d in devices)
@@ -74,6 +75,7 @@ def standin_unit(
         f"{holds} {' '.join(args)}"
     ).strip()
     conflict_line = f"Conflicts={' '.join(conflicts)}\n" if conflicts else ""
+    extra_env = "".join(f"Environment={k}={v}\n" for k, v in (environment or {}).items())
     return f"""\
 [Unit]
 Description={description}
@@ -83,7 +85,7 @@ Type=simple
 Environment=STANDIN_PORT={port}
 Environment=STANDIN_VERSION={version}
 Environment=PYTHONUNBUFFERED=1
-ExecStart={cmd}
+{extra_env}ExecStart={cmd}
 KillMode=control-group
 SendSIGKILL=yes
 TimeoutStopSec={timeout_stop_s}

@@ -43,6 +43,9 @@ class Backend:
     timeout_stop_s: int = 3
     exec_start: str | None = None  # replaces the stand-in entirely (e.g. a missing binary)
     kind: str = "generic"
+    environment: dict[str, str] = field(default_factory=dict)
+    version_command: list[str] | None = None
+    drain_timeout_s: float = 10.0
 
     @property
     def unit(self) -> str:
@@ -106,10 +109,17 @@ class GpushiftEnv:
                 f'unit = "{b.unit}"',
                 f'kind = "{b.kind}"',
                 f'health_url = "http://127.0.0.1:{b.port}/health"',
-                f'version_url = "http://127.0.0.1:{b.port}/version"',
-                f'metrics_url = "http://127.0.0.1:{b.port}/metrics"',
+            ]
+            if b.kind == "generic":  # the real kinds bring their own endpoints
+                lines += [
+                    f'version_url = "http://127.0.0.1:{b.port}/version"',
+                    f'metrics_url = "http://127.0.0.1:{b.port}/metrics"',
+                ]
+            if b.version_command:
+                lines.append(f"version_command = {json.dumps(b.version_command)}")
+            lines += [
                 f"start_timeout_s = {b.start_timeout_s}",
-                "drain_timeout_s = 10",
+                f"drain_timeout_s = {b.drain_timeout_s}",
                 f"gpus = {json.dumps(b.gpus)}",
                 f"simulated_vram_mib = {b.vram_mib}",
             ]
@@ -126,6 +136,7 @@ class GpushiftEnv:
             args=[a.format(simdir=self.simdir) for a in b.args],
             timeout_stop_s=b.timeout_stop_s,
             exec_start=b.exec_start,
+            environment=b.environment,
         )
 
     def write_config(self, text: str | None = None) -> None:
