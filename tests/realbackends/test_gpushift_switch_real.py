@@ -24,8 +24,13 @@ from gpushift.sandbox import Sandbox  # noqa: E402
 pytestmark = pytest.mark.realbackends
 
 LONG_TOKENS = 1000
-PROMPT = {"model": "tiny", "prompt": "The gpu host serves", "max_tokens": 8, "temperature": 0,
-          "ignore_eos": True}
+PROMPT = {
+    "model": "tiny",
+    "prompt": "The gpu host serves",
+    "max_tokens": 8,
+    "temperature": 0,
+    "ignore_eos": True,
+}
 
 
 @pytest.fixture
@@ -39,28 +44,45 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory):
 
 
 def completion(port: int, max_tokens: int = 8, timeout_s: float = 300) -> dict[str, Any]:
-    reply = http(f"http://127.0.0.1:{port}/v1/completions", {**PROMPT, "max_tokens": max_tokens},
-                 timeout_s=timeout_s)
+    reply = http(
+        f"http://127.0.0.1:{port}/v1/completions", {**PROMPT, "max_tokens": max_tokens}, timeout_s=timeout_s
+    )
     assert reply.status == 200, reply.body
     return dict(reply.json())
 
 
 @pytest.mark.timeout(1800)
-def test_gpushift_switches_real_vllm_and_llama_server(sandbox, realbackends: RealBackends,
-                                                      tiny_model: TinyModel) -> None:
+def test_gpushift_switches_real_vllm_and_llama_server(
+    sandbox, realbackends: RealBackends, tiny_model: TinyModel
+) -> None:
     timings: dict[str, float] = {}
     vport, lport = free_port(), free_port()
     vllm = Backend(
-        "vllm", vport, [0, 1], kind="vllm", start_timeout_s=900, timeout_stop_s=60, drain_timeout_s=120,
-        exec_start=(f"{realbackends.python} -m vllm.entrypoints.openai.api_server --model {tiny_model.hf_dir} "
-                    f"--served-model-name tiny --host 127.0.0.1 --port {vport} --max-model-len 1024 "
-                    "--dtype float32 --enforce-eager"),
+        "vllm",
+        vport,
+        [0, 1],
+        kind="vllm",
+        start_timeout_s=900,
+        timeout_stop_s=60,
+        drain_timeout_s=120,
+        exec_start=(
+            f"{realbackends.python} -m vllm.entrypoints.openai.api_server --model {tiny_model.hf_dir} "
+            f"--served-model-name tiny --host 127.0.0.1 --port {vport} --max-model-len 1024 "
+            "--dtype float32 --enforce-eager"
+        ),
         environment={"VLLM_CPU_KVCACHE_SPACE": "1", **OFFLINE_ENV},
     )
     llama = Backend(
-        "llama", lport, [0, 1], kind="llama-server", start_timeout_s=300, timeout_stop_s=30,
-        exec_start=(f"{realbackends.llama_server} -m {tiny_model.gguf} --host 127.0.0.1 --port {lport} "
-                    "--metrics --slots -c 512 --parallel 1 -t 1"),
+        "llama",
+        lport,
+        [0, 1],
+        kind="llama-server",
+        start_timeout_s=300,
+        timeout_stop_s=30,
+        exec_start=(
+            f"{realbackends.llama_server} -m {tiny_model.gguf} --host 127.0.0.1 --port {lport} "
+            "--metrics --slots -c 512 --parallel 1 -t 1"
+        ),
         version_command=[str(realbackends.llama_server), "--version"],
     )
     env = GpushiftEnv(sandbox, Path(sandbox.base_dir) / "gs", [vllm, llama], release_timeout_s=30).up()
@@ -70,7 +92,9 @@ def test_gpushift_switches_real_vllm_and_llama_server(sandbox, realbackends: Rea
     timings["switch to vllm (cold start)"] = time.monotonic() - t0
     assert completion(vport)["usage"]["completion_tokens"] == 8
     row = env.ledger_row(env.ledger()[0]["id"])
-    assert row["backend_version"] == realbackends.package_version("vllm-cpu") and row["version_source"] == "url"
+    assert (
+        row["backend_version"] == realbackends.package_version("vllm-cpu") and row["version_source"] == "url"
+    )
     assert "vllm.entrypoints.openai.api_server" in row["argv_running"]
     assert str(tiny_model.hf_dir) in row["argv_running"]
 
@@ -87,9 +111,17 @@ def test_gpushift_switches_real_vllm_and_llama_server(sandbox, realbackends: Rea
     threads = [threading.Thread(target=long_request, args=(o,)) for o in outs]
     for t in threads:
         t.start()
-    env.wait_for(lambda: "vllm:num_requests_running" in (m := http(f"http://127.0.0.1:{vport}/metrics").body)
-                 and any(line.startswith("vllm:num_requests_running") and not line.rstrip().endswith(" 0.0")
-                         for line in m.splitlines()), 60, "the long request to run")
+    env.wait_for(
+        lambda: (
+            "vllm:num_requests_running" in (m := http(f"http://127.0.0.1:{vport}/metrics").body)
+            and any(
+                line.startswith("vllm:num_requests_running") and not line.rstrip().endswith(" 0.0")
+                for line in m.splitlines()
+            )
+        ),
+        60,
+        "the long request to run",
+    )
     t0 = time.monotonic()
     r = env.cli("switch", "llama", "--reason", "night: long context", timeout_s=900, check=True)
     timings["switch vllm -> llama (drain + stop + start)"] = time.monotonic() - t0

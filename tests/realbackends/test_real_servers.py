@@ -8,10 +8,19 @@ here; the systemd-driven end-to-end switch builds on the same commands.
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
-from realbackends_support import VERSION_RE, RealBackends, TinyModel, comm, free_port, group_pids, http
+from realbackends_support import (
+    VERSION_RE,
+    RealBackends,
+    TinyModel,
+    free_port,
+    group_pids,
+    http,
+    process_title,
+)
 
 pytestmark = pytest.mark.realbackends
 
@@ -65,8 +74,6 @@ VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 def test_llama_server_version_names_build_and_commit(realbackends: RealBackends) -> None:
-    import subprocess
-
     out = subprocess.run(
         [str(realbackends.llama_server), "--version"], capture_output=True, text=True, timeout=60
     )
@@ -142,7 +149,7 @@ def test_vllm_serves_the_tiny_model(realbackends: RealBackends, tiny_model: Tiny
     assert body["choices"][0]["text"]
 
     # The process tree systemd's KillMode=control-group has to clean up.
-    names = {comm(p) for p in group_pids(server.pid)}
+    names = {process_title(p) for p in group_pids(server.pid)}
     assert "VLLM::EngineCore" in names, names
     gone_after = server.terminate(timeout_s=60)
     assert gone_after is not None, f"vLLM processes left 60 s after SIGTERM: {group_pids(server.pid)}"
