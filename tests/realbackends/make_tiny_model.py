@@ -239,7 +239,12 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 if out.exists():
                     shutil.rmtree(out)  # an unfinished or older recipe
-                os.rename(work, out)
+                try:
+                    os.rename(work, out)
+                except OSError:
+                    if not _finished(out):  # not a concurrent run that just finished the same model
+                        raise
+                    shutil.rmtree(work)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
