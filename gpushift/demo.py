@@ -67,6 +67,7 @@ def standin_unit(
     exec_start: str | None = None,
     python: str = sys.executable,
     environment: dict[str, str] | None = None,
+    extra_service: str = "",
 ) -> str:
     """A backend unit running the stand-in server; ``${STANDIN_*}`` are expanded by systemd."""
     holds = " ".join(f"--hold-device {d}" for d in devices)
@@ -91,7 +92,7 @@ SendSIGKILL=yes
 TimeoutStopSec={timeout_stop_s}
 StandardOutput=append:{log}
 StandardError=append:{log}
-"""
+{extra_service}"""
 
 
 def _demo_dir() -> Path:

@@ -23,7 +23,9 @@ _INFLIGHT_METRICS = (
     "llamacpp:requests_deferred",
 )
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEInfa]+)")
-_VERSION_RE = re.compile(r"version[:\s]+([^\s]+(?:\s+\([0-9a-f]+\))?)", re.IGNORECASE)
+# llama-server --version (on stderr): "version: 0.6.0-dev (build 11434, commit b11434)" now,
+# "version: 6143 (0e55e3a1)" before; other lines ("built with ...") are not the version.
+_VERSION_RE = re.compile(r"^\s*version:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
@@ -62,7 +64,8 @@ def parse_slots(text: str) -> int | None:
 
 
 def parse_version_output(text: str) -> str | None:
-    """``version: 6143 (0e55e3a1)`` (llama-server --version, on stderr) → ``6143 (0e55e3a1)``."""
+    """``version: 6143 (0e55e3a1)`` (llama-server --version, on stderr) → ``6143 (0e55e3a1)``;
+    ``version: 0.6.0-dev (build 11434, commit b11434)`` → that whole line after ``version:``."""
     m = _VERSION_RE.search(text)
     return m.group(1).strip() if m else None
 
@@ -113,7 +116,8 @@ class HttpBackendProbe:
         if not url:
             return None
         try:
-            status, body = _get(url, 2.0)
+            # vLLM's /metrics took up to 2 s to answer while generating (measured): allow 5.
+            status, body = _get(url, 5.0)
         except (urllib.error.URLError, OSError, ValueError):
             return None
         if status != 200:

@@ -76,6 +76,9 @@ def test_http_probe_version_command_parses_llama_server_output() -> None:
     v = p.version(None, cmd)
     assert v.version == "6143 (0e55e3a1)" and v.source == "command"
     assert parse_version_output("version: 1 (abc)\nbuilt with cc") == "1 (abc)"
+    new = "load_backend: x\nversion: 0.6.0-dev (build 11434, commit b11434)\nbuilt with GNU 12.2.0"
+    assert parse_version_output(new) == "0.6.0-dev (build 11434, commit b11434)"
+    assert parse_version_output("ggml_version is 3\nnothing here") is None
     assert p.version(None, ["/nonexistent/llama-server", "--version"]).version is None
 
 

@@ -46,6 +46,7 @@ class Backend:
     environment: dict[str, str] = field(default_factory=dict)
     version_command: list[str] | None = None
     drain_timeout_s: float = 10.0
+    extra_service: str = ""  # more [Service] lines
 
     @property
     def unit(self) -> str:
@@ -137,6 +138,7 @@ class GpushiftEnv:
             timeout_stop_s=b.timeout_stop_s,
             exec_start=b.exec_start,
             environment=b.environment,
+            extra_service=b.extra_service,
         )
 
     def write_config(self, text: str | None = None) -> None:
