@@ -69,7 +69,7 @@ test-integration: venv
 
 test-real: venv
 	bash tests/realbackends/setup.sh
-	$(VENV)/bin/pytest $(PYTEST_FLAGS) tests/realbackends
+	$(VENV)/bin/pytest $(PYTEST_FLAGS) -s --durations=0 tests/realbackends
 
 test: lint test-unit test-pythons test-contract test-integration test-real
 

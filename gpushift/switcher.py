@@ -102,6 +102,9 @@ class _Failure(Exception):
 
 Listener = Callable[[Event], None]
 
+#: Finished results kept for ``result(ticket)`` (the keeper reads its own scheduled switches').
+_KEEP_RESULTS = 64
+
 
 class Switcher:
     """Owns every change of the running backend.
@@ -338,6 +341,8 @@ class Switcher:
                 "internal_error": True,
             }
         self._results[ticket] = result
+        while len(self._results) > _KEEP_RESULTS:  # a long-running daemon keeps only recent ones
+            del self._results[next(iter(self._results))]
         with self._lock:
             self._current = None
             self._established = _established_after(result, self._established)
