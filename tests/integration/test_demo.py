@@ -25,10 +25,14 @@ def test_demo_runs_to_completion_and_stops():
     finally:
         s = subprocess.run([sys.executable, "-m", "gpushift.demo", "stop"], env=env, capture_output=True,
                            text=True, timeout=120)
+        state_file = demo_dir / "sandbox.json"
+        state = json.loads(state_file.read_text()) if state_file.exists() else {}
+        subprocess.run(["rm", "-rf", str(demo_dir)], check=False)
     assert s.returncode == 0, s.stderr
     assert "demo stopped" in s.stdout
-    assert json.loads((demo_dir / "sandbox.json").read_text())["stopped"] is True
-    for pid in ("manager_pid", "dbus_pid"):
-        p = json.loads((demo_dir / "sandbox.json").read_text())[pid]
-        assert p is None or not Path(f"/proc/{p}").exists() or "Z (zombie)" in Path(f"/proc/{p}/status").read_text(), (pid, p, Path(f"/proc/{p}/status").read_text()[:300])
-    subprocess.run(["rm", "-rf", str(demo_dir)], check=False)
+    assert state.get("stopped") is True, state
+    for key in ("manager_pid", "dbus_pid"):
+        pid = state.get(key)
+        status = Path(f"/proc/{pid}/status")
+        # ended: gone, or a zombie waiting for a PID 1 that does not reap (containers)
+        assert pid is None or not status.exists() or "Z (zombie)" in status.read_text(), (key, pid)
