@@ -12,7 +12,7 @@ from typing import Any
 
 from . import __version__
 from .config import Config
-from .errors import GpushiftError
+from .errors import GpushiftError, SystemdError
 from .model import OFF, GateState, Outcome
 from .ports import BackendProbe, Clock, GpuProbe, Host, Ledger, UnitControl
 
@@ -47,16 +47,53 @@ def make_ledger(config: Config, log: Any = None, readonly: bool = False) -> Ledg
     return SqliteLedger(config.ledger_path, spool_dir=config.daemon.runtime_dir, log=log)
 
 
-def build(config: Config, log: Any = None, readonly_ledger: bool = False) -> Components:
-    """Connect to the bus and build every adapter (nothing of this happens at import)."""
+class UnreachableUnits:
+    """Stands in for systemd when the bus cannot be reached (the CLI's local status view):
+    every question answers with the reason, so status shows it per backend."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def state(self, unit: str) -> Any:
+        raise SystemdError(self.why)
+
+    def start(self, unit: str, timeout_s: float) -> Any:
+        raise SystemdError(self.why)
+
+    def stop(self, unit: str, timeout_s: float) -> Any:
+        raise SystemdError(self.why)
+
+    def reset_failed(self, unit: str) -> None:
+        raise SystemdError(self.why)
+
+    def processes(self, unit: str) -> list[int]:
+        raise SystemdError(self.why)
+
+
+def build(
+    config: Config, log: Any = None, readonly_ledger: bool = False, tolerate_no_bus: bool = False
+) -> Components:
+    """Connect to the bus and build every adapter (nothing of this happens at import).
+
+    With ``tolerate_no_bus`` (the CLI's own status view) an unreachable bus is not fatal: the
+    units then answer with the reason, and GPUs and ledger are still read.
+    """
     from .adapters import systemd as systemd
     from .adapters.host import ProcHost, SystemClock
     from .adapters.http_probe import HttpBackendProbe
 
-    bus = systemd.connect(config.daemon.bus)
+    units: UnitControl
+    bus = None
+    try:
+        bus = systemd.connect(config.daemon.bus)
+        units = systemd.SystemdUnits(bus)
+    except GpushiftError as e:
+        if not tolerate_no_bus:
+            raise
+        units = UnreachableUnits(f"systemd not reachable: {e}")
     return Components(
         config=config,
-        units=systemd.SystemdUnits(bus),
+        units=units,
         gpu=make_gpu(config),
         probe=HttpBackendProbe(),
         ledger=make_ledger(config, log, readonly_ledger),
@@ -131,12 +168,13 @@ def status_report(c: Components, daemon: dict[str, Any], health_timeout_s: float
     except Exception as e:
         ledger_health = {"state": "unreadable", "error": repr(e)}
     active: str | None
+    unknown = any("error" in b for b in backends.values())
     if len(running) == 1:
         active = running[0]
-    elif not running:
+    elif not running and not unknown:
         active = OFF
     else:
-        active = None
+        active = None  # several run, or systemd could not be asked about some
     out: dict[str, Any] = {
         "daemon": daemon,
         "active": active,

@@ -132,7 +132,7 @@ def _local_status(ctx: click.Context, why: str) -> dict[str, Any]:
     cfg = _config(ctx)
     daemon = {"running": False, "state": "down", "error": why, "config": cfg.path}
     try:
-        comps = wiring.build(cfg, readonly_ledger=True)
+        comps = wiring.build(cfg, readonly_ledger=True, tolerate_no_bus=True)
     except GpushiftError as e:
         return {"daemon": daemon, "active": None, "backends": {}, "gpus": [], "simulated":
                 cfg.gpu.provider == "simulated", "last_switch": None, "error": str(e)}
@@ -168,6 +168,8 @@ def render_status(s: dict[str, Any]) -> str:
     since = f" since {s['since']}" if s.get("since") else ""
     if active is None and s.get("running"):
         lines.append(f"active:   CONFLICT: {', '.join(s['running'])} all running")
+    elif active is None:
+        lines.append("active:   unknown (systemd could not be asked)")
     else:
         lines.append(f"active:   {active}{since}")
     sched = s.get("schedule")

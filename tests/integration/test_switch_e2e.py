@@ -343,3 +343,21 @@ def test_doctor_error_refuses_before_anything_is_stopped(ab):
     row = env.ledger_row(env.ledger()[0]["id"])
     assert row["outcome"] == "refused"
     assert any(f["code"] == "model-path-missing" for f in row["extra"]["doctor"])
+
+
+def test_status_without_any_bus_still_reads_gpus_and_ledger(ab):
+    env = ab()
+    env.sb.systemctl("stop", "gpushift.service")
+    # a config whose bus cannot be reached at all: status must still say what it can
+    cfg = env.config_path.read_text().replace('bus = "session"', 'bus = "system"')
+    alt = env.base / "nobus.toml"
+    alt.write_text(cfg)
+    r = subprocess.run([GPUSHIFT, "--config", str(alt), "status", "--json"], capture_output=True, text=True,
+                       timeout=60, env={**env.sb.env, "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={env.base}/no-such-bus"})
+    assert r.returncode == 6, r.stderr
+    st = json.loads(r.stdout)
+    assert st["daemon"]["running"] is False
+    assert st["active"] is None  # unknown, not "off": systemd could not be asked
+    assert all("systemd not reachable" in b["error"] for b in st["backends"].values())
+    assert st["gpus"] and st["gpus"][0]["name"].startswith("SIMULATED")
+    assert st["last_switch"]["to"] == "a"
