@@ -54,6 +54,9 @@ class GpuConfig:
     simulated_foreign_mib: float = 9318.0  # what a holder outside every backend unit holds
     simulated_release_delay_s: float = 0.5  # memory comes back this long after the last close
     simulated_dir: str | None = None  # default: <state_dir>/simgpu
+    # Uncorrectable ECC errors a person examined and accepted, by GPU UUID.  NVML's aggregate count
+    # never goes down, so without this one old error would refuse every launch forever.
+    accepted_ecc_uncorrected: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,14 @@ class _Reader:
             raise self.err(f"{where}.{key}", f"expected a value >= {minimum:g}, got {v!r}")
         return v
 
+    def uuid_counts(self, d: Mapping[str, Any], where: str, key: str) -> dict[str, int]:
+        v = d.get(key, {})
+        if not isinstance(v, dict) or not all(
+            isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0 for k, n in v.items()
+        ):
+            raise self.err(f"{where}.{key}", f'expected a table of GPU UUID = count (e.g. {{ "GPU-1a2b…" = 2 }}), got {v!r}')
+        return dict(v)
+
     def schedule_path(self, d: Mapping[str, Any]) -> str | None:
         """``schedule``: a path; ``""`` turns the schedule off; absent means the default path."""
         if "schedule" not in d:
@@ -227,6 +238,7 @@ class _Reader:
             simulated_foreign_mib=self.number(g, "gpu", "simulated_foreign_mib", 9318.0),
             simulated_release_delay_s=self.number(g, "gpu", "simulated_release_delay_s", 0.5),
             simulated_dir=self.string(g, "gpu", "simulated_dir", None),
+            accepted_ecc_uncorrected=self.uuid_counts(g, "gpu", "accepted_ecc_uncorrected"),
         )
         b = self.table(data, "backends")
         backends: dict[str, BackendConfig] = {}

@@ -118,6 +118,7 @@ def run_checks(
         ))
     findings = doctor.check_all(
         inputs, facts, path_exists=os.path.exists, previous_ecc_corrected=ecc or None,
+        accepted_ecc_uncorrected=dict(config.gpu.accepted_ecc_uncorrected) or None,
         listeners=tcp_listeners(),
     )
     return findings, facts, states

@@ -359,3 +359,14 @@ def test_config_any_single_value_gives_a_config_or_a_config_error(case: tuple[st
         assert str(e).startswith(f"{PATH}: "), str(e)
         return
     assert isinstance(cfg, Config)
+
+
+def test_config_accepted_ecc_uncorrected_reads_uuid_counts_and_rejects_bad_values() -> None:
+    from gpushift.config import parse as parse_config
+
+    base = '[backends.day]\nunit = "d.service"\nhealth_url = "http://127.0.0.1:1/h"\n'
+    cfg = parse_config('[gpu]\naccepted_ecc_uncorrected = { "GPU-1" = 2 }\n' + base, "/x.toml")
+    assert cfg.gpu.accepted_ecc_uncorrected == {"GPU-1": 2}
+    assert parse_config(base).gpu.accepted_ecc_uncorrected == {}
+    with pytest.raises(ConfigError, match=r"/x.toml: gpu.accepted_ecc_uncorrected: expected a table"):
+        parse_config('[gpu]\naccepted_ecc_uncorrected = { "GPU-1" = -1 }\n' + base, "/x.toml")
