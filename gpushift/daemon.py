@@ -45,6 +45,25 @@ def load_schedule_of(config: config_mod.Config) -> Schedule | None:
     return load_schedule(path, backends=set(config.backends))
 
 
+def _reloadable(old: config_mod.Config, new: config_mod.Config) -> None:
+    """Refuse a reload that changes what was built at start (bus, GPU provider, paths)."""
+    changed = [
+        key for key, a, b in (
+            ("daemon.bus", old.daemon.bus, new.daemon.bus),
+            ("daemon.state_dir", old.daemon.state_dir, new.daemon.state_dir),
+            ("daemon.runtime_dir", old.daemon.runtime_dir, new.daemon.runtime_dir),
+            ("gpu", old.gpu, new.gpu),
+        ) if a != b
+    ]
+    if old.gpu.provider == "simulated" and dict(old.backends) != dict(new.backends):
+        changed.append("backends (the simulated GPUs attribute memory by backend)")
+    if changed:
+        raise ConfigError(
+            f"{new.path}: {', '.join(changed)} changed: that needs `systemctl restart gpushift` "
+            "(a reload keeps them); the old config stays in force"
+        )
+
+
 def parse_until(text: str, tz: Any) -> datetime:
     """``2026-12-01 08:00`` (local to the schedule's zone, or the host's) → aware datetime."""
     try:
@@ -72,6 +91,7 @@ class Daemon:
         self._loop: Any = None
         self._service: Any = None
         self._scheduler: Any = None
+        self._manual_tickets: set[str] = set()
         self._publication: Any = None
         from .adapters.notify import Notifier
 
@@ -140,6 +160,7 @@ class Daemon:
         ticket = self.switcher.request(
             backend, reason, caller, Trigger.MANUAL, skip_drain=bool(options.get("now"))
         )
+        self._manual_tickets.add(ticket)
         ov = self.keeper.manual(backend, caller, hold, until, reason)
         self.log.info("switch_requested", ticket=ticket, to=backend, by=caller.user, uid=caller.uid,
                       reason=reason, mode=ov.mode, until=ov.until.isoformat() if ov.until else None)
@@ -173,6 +194,9 @@ class Daemon:
                 svc.Progress(ev.ticket, ev.phase, ev.detail)
             else:
                 svc.Finished(ev.ticket, ev.ok, json.dumps(ev.result, default=str))
+                if not ev.ok and ev.ticket in self._manual_tickets:
+                    self.keeper.manual_failed(str(ev.result.get("to")))
+                self._manual_tickets.discard(ev.ticket)
                 self._update_status_line()
                 self._tick(Trigger.RECONCILE)
             return False
@@ -206,6 +230,7 @@ class Daemon:
         try:
             new = config_mod.load(self.config_path)
             new_schedule = load_schedule_of(new)
+            _reloadable(self.config, new)
         except ConfigError as e:
             self.reload_error = str(e)
             self.log.error("reload_rejected", error=str(e), detail="the old config stays in force")
@@ -231,7 +256,10 @@ class Daemon:
         if cur is not None:
             t = self.switcher._thread
             age = self.components.clock.monotonic() - self.switcher.heartbeat
-            limit = self.config.daemon.stop_timeout_s + 60
+            # A worker blocked in a systemd job does not beat: allow the longest job it may wait on.
+            longest = max([self.config.daemon.stop_timeout_s, self.config.gpu.release_timeout_s]
+                          + [max(b.start_timeout_s, b.drain_timeout_s) for b in self.config.backends.values()])
+            limit = longest + 60
             if t is None or not t.is_alive() or age > limit:
                 self.log.error("watchdog_withheld", detail=f"switch worker silent for {age:.0f}s")
                 return True
@@ -326,7 +354,7 @@ class Daemon:
         if jumped:
             self.log.warning("clock_jump", seconds=round(offset - self._last_offset, 1),
                              detail="re-arming the schedule and reconciling")
-            self._last_offset = offset
+        self._last_offset = offset  # every second: slow NTP slewing never adds up to a "jump"
         due = time.monotonic() - self._last_reconcile >= self.config.daemon.reconcile_interval_s
         if jumped or due:
             self._last_reconcile = time.monotonic()

@@ -144,6 +144,19 @@ class Keeper:
             self.blocked = None  # a person acted: an old "gave up" no longer describes the state
             return ov
 
+    def manual_failed(self, backend: str) -> None:
+        """A person's switch to ``backend`` did not happen: the override keeps what really runs
+        (it still lasts as long as the person asked), so status never names a backend that is
+        not there."""
+        with self._lock:
+            ov = self.override
+            if ov is None or ov.backend != backend or ov.source != "manual":
+                return
+            running = self.switcher.running_backends()
+            actual = running[0] if len(running) == 1 else OFF
+            self._set_override(Override(ov.mode, actual, ov.until, ov.set_by, ov.set_at,
+                                        f"{ov.reason} (switch to {backend} failed)".strip(), ov.source))
+
     def resume(self, caller: Caller) -> str:
         """Back to the schedule at once (switching if needed)."""
         with self._lock:

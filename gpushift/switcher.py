@@ -420,6 +420,7 @@ class Switcher:
         target_cfg: BackendConfig | None = config.backends.get(target) if target != OFF else None
         target_state: UnitState | None = None
         refusal: str | None = None
+        refusal_error = SwitchFailed.dbus_name()
         if target_cfg is not None:
             target_state = self.units.state(target_cfg.unit)
             rec.unit = target_cfg.unit
@@ -441,6 +442,7 @@ class Switcher:
             verdict = foreign_memory(before, own_units, own_pids, residual, sim)
             if not verdict.ok:
                 refusal = verdict.message
+                refusal_error = VramNotReleased.dbus_name()
         rec.durations_s["preflight"] = round(clock.monotonic() - t0, 3)
         if refusal is not None:
             rec.outcome = Outcome.REFUSED.value
@@ -449,7 +451,7 @@ class Switcher:
             rec.finished_at = clock.now()
             rec.id = self.ledger.begin(rec)
             self.ledger.finish(rec)
-            return self._result(rec, ok=False, error=SwitchFailed.dbus_name())
+            return self._result(rec, ok=False, error=refusal_error)
 
         # --- intent row before anything is stopped
         self._progress(ticket, Phase.INTENT, "ledger intent row")
@@ -615,7 +617,8 @@ class Switcher:
         last = ""
         while True:
             st = self.units.state(b.unit)
-            if st.active_state in ("failed", "inactive") or (st.active_state == "deactivating"):
+            # A unit with Restart= that crashed sits in activating/auto-restart: an exit too.
+            if st.active_state in ("failed", "inactive", "deactivating") or st.sub_state == "auto-restart":
                 raise _Failure(
                     Phase.READY,
                     f"{b.unit} exited while starting: {st.active_state}/{st.sub_state}, Result={st.result}",
@@ -737,6 +740,7 @@ class Switcher:
             "ledger_id": rec.id,
             "backend_version": rec.backend_version,
             "durations_s": rec.durations_s,
+            "touched": self._touched,
         }
         if error:
             out["error"] = error
@@ -751,6 +755,8 @@ def _established_after(result: dict[str, Any], before: str | None) -> str | None
     outcome = result.get("outcome")
     if result.get("internal_error"):
         return None  # a bug ended the switch somewhere: adopt what systemd says next
+    if not result.get("ok") and result.get("touched") is False:
+        return before  # refused or cancelled before any stop or start: all is as it was
     if outcome == Outcome.OK.value:
         return str(result.get("to"))
     if outcome == Outcome.ROLLED_BACK.value:

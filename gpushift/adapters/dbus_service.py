@@ -96,7 +96,9 @@ class SwitcherService:
             return Caller(uid=os.getuid(), user=_user_name(os.getuid())), []
         creds = self._bus.dbus.GetConnectionCredentials(sender)
         uid = int(creds.get("UnixUserID", -1))
-        gids = [int(g) for g in creds.get("UnixGroupIDs", [])]
+        # dbus-daemon before UnixGroupIDs existed (older distributions): the user's groups from
+        # the user database instead.
+        gids = [int(g) for g in creds["UnixGroupIDs"]] if "UnixGroupIDs" in creds else _groups_of(uid)
         pid = creds.get("ProcessID")
         return Caller(uid=uid, user=_user_name(uid), pid=int(pid) if pid is not None else None), gids
 
@@ -153,6 +155,14 @@ class SwitcherService:
     @_handler
     def Reload(self, dbus_context: Any = None) -> str:
         return self._backend.reload(self.authorize(dbus_context))
+
+
+def _groups_of(uid: int) -> list[int]:
+    try:
+        pw = pwd.getpwuid(uid)
+        return list(os.getgrouplist(pw.pw_name, pw.pw_gid))
+    except (KeyError, OverflowError, OSError):
+        return []
 
 
 def _user_name(uid: int) -> str:

@@ -271,6 +271,8 @@ def switch(ctx: click.Context, backend: str, reason: str, no_wait: bool, skip_dr
     """
     from ..adapters.client import Client
 
+    if hold and until:
+        raise click.UsageError("--hold and --until exclude each other (hold lasts until `gpushift resume`)")
     options: dict[str, Any] = {"reason": reason, "now": skip_drain}
     if hold:
         options["hold"] = True

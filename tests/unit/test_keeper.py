@@ -755,3 +755,13 @@ def test_keeper_next_wakeup_during_a_hold_is_the_next_boundary(rig: Callable[...
     r = rig(start=utc(2, 21), running="night")
     r.manual("day", hold=True)
     assert r.keeper.next_wakeup() == utc(3, 0)
+
+
+def test_keeper_failed_manual_switch_keeps_override_on_what_runs(world: Any) -> None:
+    store = MemoryOverrideStore()
+    keeper = Keeper(world.switcher, None, store, now=world.clock.now, monotonic=world.clock.monotonic)
+    keeper.manual("night", Caller(uid=0, user="root"), hold=True, until=None, reason="try night")
+    keeper.manual_failed("night")  # the switch rolled back: day still serves
+    assert keeper.override is not None and keeper.override.backend == "day" and keeper.override.mode == "hold"
+    assert "failed" in keeper.override.reason
+    assert store.load().backend == "day"

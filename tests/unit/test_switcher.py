@@ -8,6 +8,7 @@ timeouts are asserted exactly, and a test of a 30 s timeout takes milliseconds.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -124,7 +125,8 @@ def test_switcher_foreign_holder_on_target_gpu_refuses_and_touches_nothing(world
     assert res["ok"] is False
     assert res["outcome"] == Outcome.REFUSED.value
     assert res["failed_phase"] == Phase.PREFLIGHT.value
-    assert res["error"] == SwitchFailed.dbus_name()
+    # scripts can tell "another job holds the GPU" from other refusals (CLI exit 8)
+    assert res["error"] == VramNotReleased.dbus_name()
     assert "pid 4242" in res["message"] and "python" in res["message"] and "bob" in res["message"]
     assert world.units.calls == []
     assert world.running() == ["day"]
@@ -792,3 +794,36 @@ def test_switcher_internal_error_finishes_the_row_and_frees_the_slot(world: Any)
     assert world.switcher.current() is None
     world.probe.version_error = None
     assert world.switch("day")["ok"] is True
+
+
+def test_switcher_cancel_before_any_stop_keeps_established_backend(world: Any) -> None:
+    # the keeper must not mistake the still-running backend for a person's systemctl afterwards
+    world.probe.set_in_flight("day", 4, step=0)
+
+    def cancel_while_draining(e: Any) -> None:
+        if e.kind == "progress" and e.phase == Phase.DRAIN.value:
+            with contextlib.suppress(Exception):
+                world.switcher.cancel(Caller(uid=1001, user="carol"))
+
+    world.switcher.adopt("day")
+    world.switcher.listeners.append(cancel_while_draining)
+    res = world.switch("night")
+    assert res["outcome"] == Outcome.CANCELLED.value and res["touched"] is False
+    assert world.switcher.snapshot() == (False, "day")
+
+
+
+def test_switcher_crash_into_auto_restart_is_noticed_at_the_next_poll(world: Any) -> None:
+    # a backend unit with Restart=on-failure that crashed while loading sits in activating/auto-restart
+    world.probe.set_health(world.url("night"), ok_after=None)
+
+    def crash(e: Any) -> None:
+        if e.kind == "progress" and e.phase == Phase.READY.value:
+            u = world.units.units[world.unit("night")]
+            u.active_state, u.sub_state, u.result = "activating", "auto-restart", "exit-code"
+
+    world.switcher.listeners.append(crash)
+    t0 = world.clock.monotonic()
+    res = world.switch("night")
+    assert res["failed_phase"] == Phase.READY.value and "auto-restart" in res["message"]
+    assert world.clock.monotonic() - t0 < world.config.backends["night"].start_timeout_s
