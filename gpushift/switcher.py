@@ -40,7 +40,7 @@ from .model import (
     Trigger,
     UnitState,
 )
-from .policy import describe_reading, foreign_memory, gate, gate_gpus
+from .policy import foreign_memory, gate, gate_gpus, running_backends
 from .ports import BackendProbe, Clock, GpuProbe, Host, Ledger, UnitControl
 
 
@@ -169,11 +169,7 @@ class Switcher:
     def running_backends(self, config: Config | None = None) -> list[str]:
         """Configured backends whose unit systemd reports as running right now, in config order."""
         cfg = config or self.config
-        out = []
-        for name, b in cfg.backends.items():
-            if self.units.state(b.unit).running:
-                out.append(name)
-        return out
+        return running_backends({name: self.units.state(b.unit).running for name, b in cfg.backends.items()})
 
     def result(self, ticket: str) -> dict[str, Any] | None:
         return self._results.get(ticket)
@@ -477,7 +473,7 @@ class Switcher:
             if target_running and target_cfg is not None:
                 # The target already runs (beside the others just stopped): its own memory stays,
                 # so there is nothing to release and nothing to start; prove it answers.
-                self._wait_ready(ticket, config, target_cfg, rec)
+                self._wait_ready(ticket, config, target_cfg, rec.durations_s)
             else:
                 # --- VRAM gate
                 t0 = clock.monotonic()
@@ -485,7 +481,7 @@ class Switcher:
                 rec.vram["released"] = [r.to_dict() for r in released]
                 rec.durations_s["release"] = round(clock.monotonic() - t0, 3)
                 if target_cfg is not None:
-                    self._start_and_wait(ticket, config, target_cfg, rec)
+                    self._start_and_wait(ticket, config, target_cfg, rec.durations_s)
             if target_cfg is not None:
                 st = self.units.state(target_cfg.unit)
                 rec.vram["ready"] = [r.to_dict() for r in self._readings(watched)]
@@ -593,7 +589,9 @@ class Switcher:
             self._check_cancel(Phase.RELEASE)
             clock.sleep(config.daemon.poll_interval_s)
 
-    def _start_and_wait(self, ticket: str, config: Config, b: BackendConfig, rec: SwitchRecord) -> None:
+    def _start_and_wait(
+        self, ticket: str, config: Config, b: BackendConfig, durations: dict[str, float]
+    ) -> None:
         clock = self.clock
         t0 = clock.monotonic()
         self._progress(ticket, Phase.START, f"starting {b.unit}")
@@ -602,14 +600,14 @@ class Switcher:
             self.units.reset_failed(b.unit)
         self._touched = True
         job = self.units.start(b.unit, b.start_timeout_s)
-        rec.durations_s["start"] = round(clock.monotonic() - t0, 3)
+        durations["start"] = round(clock.monotonic() - t0, 3)
         if not job.ok:
             st = self.units.state(b.unit)
             raise _Failure(Phase.START, f"start job of {b.unit} ended with {job.result!r} "
                            f"(Result={st.result})", systemd_result=st.result)
-        self._wait_ready(ticket, config, b, rec)
+        self._wait_ready(ticket, config, b, durations)
 
-    def _wait_ready(self, ticket: str, config: Config, b: BackendConfig, rec: SwitchRecord) -> None:
+    def _wait_ready(self, ticket: str, config: Config, b: BackendConfig, durations: dict[str, float]) -> None:
         """Poll the health URL until 200, watching the unit: an exit is noticed at the next poll."""
         clock = self.clock
         self._progress(ticket, Phase.READY, f"waiting for {b.health_url}")
@@ -626,7 +624,7 @@ class Switcher:
                 )
             h = self.probe.health(b.health_url)
             if h.ok:
-                rec.durations_s["ready"] = round(clock.monotonic() - t0, 3)
+                durations["ready"] = round(clock.monotonic() - t0, 3)
                 self._progress(ticket, Phase.READY, f"{b.name} is ready ({clock.monotonic() - t0:.1f}s)")
                 return
             detail = f"HTTP {h.status}" if h.status is not None else (h.detail or "no answer")
@@ -704,7 +702,8 @@ class Switcher:
         try:
             try:
                 self._wait_released(ticket, config, watched, f"for the rollback to {previous}")
-                self._start_and_wait(ticket, config, prev_cfg, _Scratch.record())
+                # the rollback's own timings, apart from the failed attempt's
+                self._start_and_wait(ticket, config, prev_cfg, rec.extra["rollback"].setdefault("durations_s", {}))
             except GpushiftError as e:
                 raise _Failure(Phase.ROLLBACK, str(e)) from None
         except _Failure as f2:
@@ -746,8 +745,6 @@ class Switcher:
             out["error"] = error
         return out
 
-    def describe_gpus(self, readings: Sequence[GpuReading]) -> list[str]:
-        return [describe_reading(r, self.config.gpu.residual_mib, self.gpu.simulated) for r in readings]
 
 
 def _established_after(result: dict[str, Any], before: str | None) -> str | None:
@@ -766,19 +763,6 @@ def _established_after(result: dict[str, Any], before: str | None) -> str | None
     if result.get("failed_phase") in (None, Phase.STOP.value):
         return None  # unknown (a failed stop, an internal error): adopt what systemd says next
     return OFF  # failed: everything was left stopped
-
-
-class _Scratch:
-    """A throw-away record for the rollback's start (its timings are not the switch's)."""
-
-    @staticmethod
-    def record() -> SwitchRecord:
-        from datetime import datetime, timezone
-
-        return SwitchRecord(
-            trigger=Trigger.ROLLBACK.value, requested_by="", reason="", from_backend=None,
-            to_backend="", started_at=datetime.now(timezone.utc),
-        )
 
 
 class _NullLog:

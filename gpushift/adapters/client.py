@@ -9,7 +9,6 @@ forever.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -176,15 +175,3 @@ class Client:
         result.setdefault("ticket", state["ticket"])
         return result
 
-
-def wait_for_daemon(bus_kind: str, timeout_s: float) -> bool:
-    """Poll until the daemon owns its name (used by ExecReload helpers and the demo)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if Client(bus_kind).owner():
-                return True
-        except GpushiftError:
-            pass
-        time.sleep(0.2)
-    return False
