@@ -25,8 +25,10 @@ def make_env(sandbox, name: str, backends: list[Backend], **opts) -> GpushiftEnv
 def ab(sandbox):
     """Backends a (GPUs 0,1) and b (GPU 1) with A serving, daemon up."""
 
-    def build(a_args=(), b_args=(), b_exec=None, b_timeout=20.0, b_kind="generic", **opts) -> GpushiftEnv:
-        a = Backend("a", free_port(), [0, 1], version="1.1.0", vram_mib=14500, args=list(a_args))
+    def build(a_args=(), b_args=(), b_exec=None, b_timeout=20.0, b_kind="generic", a_timeout_stop=3,
+              **opts) -> GpushiftEnv:
+        a = Backend("a", free_port(), [0, 1], version="1.1.0", vram_mib=14500, args=list(a_args),
+                    timeout_stop_s=a_timeout_stop)
         b = Backend("b", free_port(), [1], version="2.5.0", vram_mib=6800, args=list(b_args),
                     exec_start=b_exec, start_timeout_s=b_timeout, kind=b_kind)
         env = make_env(sandbox, "gs", [a, b], **opts).up()
@@ -138,7 +140,9 @@ def test_foreign_holder_on_unused_gpu_does_not_block(ab):
 
 
 def test_orphan_outside_cgroup_keeps_gate_closed_and_nothing_starts(ab, sandbox):
-    env = ab(a_args=["--orphan-on-sigterm", "{simdir}/nvidia1"])
+    # the stand-in needs time on SIGTERM to leave its orphan (systemd-run --scope) before it exits;
+    # with a short TimeoutStopSec a loaded machine SIGKILLs it first and no orphan is left
+    env = ab(a_args=["--orphan-on-sigterm", "{simdir}/nvidia1"], a_timeout_stop=30)
     r = env.cli("switch", "b", timeout_s=90)
     try:
         assert r.returncode != 0
@@ -172,7 +176,8 @@ def test_backend_ignoring_sigterm_is_killed_and_switch_completes(ab):
 
 
 def test_concurrent_switch_is_refused_with_switch_in_progress(ab):
-    env = ab(a_args=["--ignore-sigterm"])  # a stop then takes TimeoutStopSec=3
+    # a stop then takes TimeoutStopSec=15: room for a slow CLI start on a loaded machine
+    env = ab(a_args=["--ignore-sigterm"], a_timeout_stop=15)
     n = len(env.ledger())
     first = env.cli_popen("switch", "b")
     env.wait_for(lambda: env.status()["daemon"].get("switch") is not None, 10, "the first switch")
