@@ -34,6 +34,7 @@ from .model import (
     OFF,
     Caller,
     GpuReading,
+    HostGpuFacts,
     Outcome,
     Phase,
     SwitchRecord,
@@ -129,7 +130,7 @@ class Switcher:
         listener: Listener | None = None,
         log: Any = None,
         version: str = "",
-        doctor: Callable[[Config, str], Sequence[Any]] | None = None,
+        doctor: Callable[[Config, str, HostGpuFacts], Sequence[Any]] | None = None,
     ) -> None:
         self.config = config
         self.doctor = doctor
@@ -424,9 +425,10 @@ class Switcher:
             rec.argv_configured = list(target_state.exec_start)
             if target_state.load_state != "loaded":
                 refusal = f"unit {target_cfg.unit} of backend {target} is {target_state.load_state}"
-        rec.gpu_facts = self.gpu.facts().to_dict()
+        facts = self.gpu.facts()  # read once: the ledger and the doctor share it
+        rec.gpu_facts = facts.to_dict()
         if refusal is None and target_cfg is not None and self.doctor is not None:
-            refusal = self._consult_doctor(ticket, config, target, rec)
+            refusal = self._consult_doctor(ticket, config, target, facts, rec)
         before = self._readings(watched)
         rec.vram["before"] = [r.to_dict() for r in before]
         if refusal is None:
@@ -503,11 +505,13 @@ class Switcher:
 
     # ----------------------------------------------------------------- steps
 
-    def _consult_doctor(self, ticket: str, config: Config, target: str, rec: SwitchRecord) -> str | None:
+    def _consult_doctor(
+        self, ticket: str, config: Config, target: str, facts: HostGpuFacts, rec: SwitchRecord
+    ) -> str | None:
         """Preflight rules (gpushift check): errors refuse the switch, warnings are recorded."""
         assert self.doctor is not None
         try:
-            findings = list(self.doctor(config, target))
+            findings = list(self.doctor(config, target, facts))
         except Exception as e:  # the doctor must never be why a switch fails
             self.log.exception("doctor_failed", ticket=ticket, error=repr(e))
             rec.extra["doctor_error"] = repr(e)

@@ -132,8 +132,11 @@ class HostDoctor:
         self.gpu = gpu
         self.ledger = ledger
 
-    def __call__(self, config: Config, target: str) -> list[Any]:
+    def __call__(self, config: Config, target: str, facts: HostGpuFacts) -> list[Any]:
         # Versions are not probed here: a version command may be slow, and the last recorded
-        # version is what the pinned-version rule needs before a launch.
-        findings, _facts, _states = run_checks(config, self.units, self.gpu, self.ledger, probe_versions=False)
+        # version is what the pinned-version rule needs before a launch.  The GPU facts are the
+        # ones the switcher already read for this switch.
+        findings, _facts, _states = run_checks(
+            config, self.units, self.gpu, self.ledger, facts=facts, probe_versions=False
+        )
         return [f for f in findings if f.backend == target]
