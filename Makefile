@@ -39,6 +39,7 @@ venv: deps $(STAMP)
 
 lint: venv
 	$(VENV)/bin/ruff check gpushift tests bench
+	$(VENV)/bin/ruff format --check gpushift tests bench
 	$(VENV)/bin/mypy gpushift
 	$(VENV)/bin/lint-imports
 

@@ -157,7 +157,9 @@ class _Reader:
                     f"unknown key (expected one of: {', '.join(sorted(allowed))})",
                 )
 
-    def string(self, d: Mapping[str, Any], where: str, key: str, default: Any, choices: tuple[str, ...] = ()) -> Any:
+    def string(
+        self, d: Mapping[str, Any], where: str, key: str, default: Any, choices: tuple[str, ...] = ()
+    ) -> Any:
         if key not in d:
             return default
         v = d[key]
@@ -167,7 +169,15 @@ class _Reader:
             raise self.err(f"{where}.{key}", f"expected one of {', '.join(map(repr, choices))}, got {v!r}")
         return v
 
-    def number(self, d: Mapping[str, Any], where: str, key: str, default: float, minimum: float = 0.0, integer: bool = False) -> Any:
+    def number(
+        self,
+        d: Mapping[str, Any],
+        where: str,
+        key: str,
+        default: float,
+        minimum: float = 0.0,
+        integer: bool = False,
+    ) -> Any:
         if key not in d:
             return default
         v = d[key]
@@ -185,9 +195,13 @@ class _Reader:
     def uuid_counts(self, d: Mapping[str, Any], where: str, key: str) -> dict[str, int]:
         v = d.get(key, {})
         if not isinstance(v, dict) or not all(
-            isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0 for k, n in v.items()
+            isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+            for k, n in v.items()
         ):
-            raise self.err(f"{where}.{key}", f'expected a table of GPU UUID = count (e.g. {{ "GPU-1a2b…" = 2 }}), got {v!r}')
+            raise self.err(
+                f"{where}.{key}",
+                f'expected a table of GPU UUID = count (e.g. {{ "GPU-1a2b…" = 2 }}), got {v!r}',
+            )
         return dict(v)
 
     def schedule_path(self, d: Mapping[str, Any]) -> str | None:
@@ -196,7 +210,7 @@ class _Reader:
             return None
         v = d["schedule"]
         if not isinstance(v, str):
-            raise self.err("daemon.schedule", f"expected a path (or \"\" for no schedule), got {v!r}")
+            raise self.err("daemon.schedule", f'expected a path (or "" for no schedule), got {v!r}')
         return v
 
     def url(self, d: Mapping[str, Any], where: str, key: str, required: bool = False) -> str | None:
@@ -272,14 +286,20 @@ class _Reader:
         self.no_unknown(d, where, set(BackendConfig.__dataclass_fields__) - {"name"})
         unit = self.string(d, where, "unit", None)
         if unit is None:
-            raise self.err(f"{where}.unit", "missing (expected a systemd unit name such as 'gpushift-x.service')")
+            raise self.err(
+                f"{where}.unit", "missing (expected a systemd unit name such as 'gpushift-x.service')"
+            )
         if "." not in unit:
-            raise self.err(f"{where}.unit", f"expected a full unit name with its suffix (e.g. {unit}.service)")
+            raise self.err(
+                f"{where}.unit", f"expected a full unit name with its suffix (e.g. {unit}.service)"
+            )
         vc = d.get("version_command")
         version_command: tuple[str, ...] | None = None
         if vc is not None:
             if not isinstance(vc, list) or not vc or not all(isinstance(x, str) and x for x in vc):
-                raise self.err(f"{where}.version_command", f"expected a non-empty list of strings, got {vc!r}")
+                raise self.err(
+                    f"{where}.version_command", f"expected a non-empty list of strings, got {vc!r}"
+                )
             version_command = tuple(vc)
         gpus_raw = d.get("gpus")
         gpus: tuple[int, ...] | None = None
@@ -289,7 +309,10 @@ class _Reader:
                 or not gpus_raw
                 or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in gpus_raw)
             ):
-                raise self.err(f"{where}.gpus", f"expected a non-empty list of GPU indices (e.g. [0, 1]), got {gpus_raw!r}")
+                raise self.err(
+                    f"{where}.gpus",
+                    f"expected a non-empty list of GPU indices (e.g. [0, 1]), got {gpus_raw!r}",
+                )
             if len(set(gpus_raw)) != len(gpus_raw):
                 raise self.err(f"{where}.gpus", f"a GPU is listed twice in {gpus_raw!r}")
             gpus = tuple(gpus_raw)

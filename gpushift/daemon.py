@@ -48,12 +48,14 @@ def load_schedule_of(config: config_mod.Config) -> Schedule | None:
 def _reloadable(old: config_mod.Config, new: config_mod.Config) -> None:
     """Refuse a reload that changes what was built at start (bus, GPU provider, paths)."""
     changed = [
-        key for key, a, b in (
+        key
+        for key, a, b in (
             ("daemon.bus", old.daemon.bus, new.daemon.bus),
             ("daemon.state_dir", old.daemon.state_dir, new.daemon.state_dir),
             ("daemon.runtime_dir", old.daemon.runtime_dir, new.daemon.runtime_dir),
             ("gpu", old.gpu, new.gpu),
-        ) if a != b
+        )
+        if a != b
     ]
     if old.gpu.provider == "simulated" and dict(old.backends) != dict(new.backends):
         changed.append("backends (the simulated GPUs attribute memory by backend)")
@@ -104,13 +106,24 @@ class Daemon:
         c = self.components
         interrupted = c.ledger.mark_interrupted(datetime.now(timezone.utc))
         for row_id in interrupted:
-            self.log.warning("switch_interrupted", ledger_id=row_id,
-                             detail="found unfinished at start: the daemon died mid-switch")
+            self.log.warning(
+                "switch_interrupted",
+                ledger_id=row_id,
+                detail="found unfinished at start: the daemon died mid-switch",
+            )
         from .adapters.doctor_io import HostDoctor
 
         self.switcher = Switcher(
-            self.config, c.units, c.gpu, c.probe, c.ledger, c.host, c.clock,
-            listener=self._on_event, log=self.log, version=__version__,
+            self.config,
+            c.units,
+            c.gpu,
+            c.probe,
+            c.ledger,
+            c.host,
+            c.clock,
+            listener=self._on_event,
+            log=self.log,
+            version=__version__,
             doctor=HostDoctor(c.units, c.gpu, c.ledger),
         )
         if c.gpu.simulated:
@@ -119,10 +132,14 @@ class Daemon:
         from .keeper import Keeper
 
         self.keeper = Keeper(
-            self.switcher, self.schedule, JsonOverrideStore(os.path.join(self.config.daemon.state_dir,
-                                                                          "override.json"), log=self.log),
-            now=c.clock.now, monotonic=c.clock.monotonic, log=self.log,
-            max_attempts=self.config.daemon.max_attempts, retry_after_s=self.config.daemon.retry_after_s,
+            self.switcher,
+            self.schedule,
+            JsonOverrideStore(os.path.join(self.config.daemon.state_dir, "override.json"), log=self.log),
+            now=c.clock.now,
+            monotonic=c.clock.monotonic,
+            log=self.log,
+            max_attempts=self.config.daemon.max_attempts,
+            retry_after_s=self.config.daemon.retry_after_s,
         )
 
     # ------------------------------------------------------------ Backend protocol (D-Bus calls)
@@ -162,8 +179,16 @@ class Daemon:
         )
         self._manual_tickets.add(ticket)
         ov = self.keeper.manual(backend, caller, hold, until, reason)
-        self.log.info("switch_requested", ticket=ticket, to=backend, by=caller.user, uid=caller.uid,
-                      reason=reason, mode=ov.mode, until=ov.until.isoformat() if ov.until else None)
+        self.log.info(
+            "switch_requested",
+            ticket=ticket,
+            to=backend,
+            by=caller.user,
+            uid=caller.uid,
+            reason=reason,
+            mode=ov.mode,
+            until=ov.until.isoformat() if ov.until else None,
+        )
         self._arm()
         return ticket
 
@@ -257,8 +282,10 @@ class Daemon:
             t = self.switcher._thread
             age = self.components.clock.monotonic() - self.switcher.heartbeat
             # A worker blocked in a systemd job does not beat: allow the longest job it may wait on.
-            longest = max([self.config.daemon.stop_timeout_s, self.config.gpu.release_timeout_s]
-                          + [max(b.start_timeout_s, b.drain_timeout_s) for b in self.config.backends.values()])
+            longest = max(
+                [self.config.daemon.stop_timeout_s, self.config.gpu.release_timeout_s]
+                + [max(b.start_timeout_s, b.drain_timeout_s) for b in self.config.backends.values()]
+            )
             limit = longest + 60
             if t is None or not t.is_alive() or age > limit:
                 self.log.error("watchdog_withheld", detail=f"switch worker silent for {age:.0f}s")
@@ -278,8 +305,12 @@ class Daemon:
         try:
             self._publication = dbus_service.publish(bus, self._service)
         except RuntimeError as e:
-            self.log.error("bus_name_taken", name=dbus_service.BUS_NAME, error=str(e),
-                           detail="another gpushift daemon runs on this bus")
+            self.log.error(
+                "bus_name_taken",
+                name=dbus_service.BUS_NAME,
+                error=str(e),
+                detail="another gpushift daemon runs on this bus",
+            )
             return 1
         self._loop = GLib.MainLoop()
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGTERM, self._quit)
@@ -289,9 +320,15 @@ class Daemon:
         if interval:
             GLib.timeout_add(max(100, int(interval * 1000)), self._watchdog)
         running = self.switcher.running_backends()
-        self.log.info("daemon_ready", pid=os.getpid(), bus=self.config.daemon.bus,
-                      name=dbus_service.BUS_NAME, running=running, version=__version__,
-                      schedule=self.schedule.path if self.schedule else None)
+        self.log.info(
+            "daemon_ready",
+            pid=os.getpid(),
+            bus=self.config.daemon.bus,
+            name=dbus_service.BUS_NAME,
+            running=running,
+            version=__version__,
+            schedule=self.schedule.path if self.schedule else None,
+        )
         self._start_scheduler()
         self.notify.ready()
         self._tick(Trigger.RECONCILE)  # boot or crash restart: bring up what the schedule wants
@@ -352,8 +389,11 @@ class Daemon:
         offset = time.time() - time.monotonic()
         jumped = abs(offset - self._last_offset) > 2.0
         if jumped:
-            self.log.warning("clock_jump", seconds=round(offset - self._last_offset, 1),
-                             detail="re-arming the schedule and reconciling")
+            self.log.warning(
+                "clock_jump",
+                seconds=round(offset - self._last_offset, 1),
+                detail="re-arming the schedule and reconciling",
+            )
         self._last_offset = offset  # every second: slow NTP slewing never adds up to a "jump"
         due = time.monotonic() - self._last_reconcile >= self.config.daemon.reconcile_interval_s
         if jumped or due:

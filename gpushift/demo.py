@@ -71,10 +71,13 @@ def standin_unit(
 ) -> str:
     """A backend unit running the stand-in server; ``${STANDIN_*}`` are expanded by systemd."""
     holds = " ".join(f"--hold-device {d}" for d in devices)
-    cmd = exec_start or (
-        f"{python} -m gpushift.standin --port ${{STANDIN_PORT}} --version ${{STANDIN_VERSION}} "
-        f"{holds} {' '.join(args)}"
-    ).strip()
+    cmd = (
+        exec_start
+        or (
+            f"{python} -m gpushift.standin --port ${{STANDIN_PORT}} --version ${{STANDIN_VERSION}} "
+            f"{holds} {' '.join(args)}"
+        ).strip()
+    )
     conflict_line = f"Conflicts={' '.join(conflicts)}\n" if conflicts else ""
     extra_env = "".join(f"Environment={k}={v}\n" for k, v in (environment or {}).items())
     return f"""\
@@ -170,19 +173,32 @@ simulated_vram_mib = 6800
     devices = [str(simdir / "nvidia0"), str(simdir / "nvidia1")]
     sb.install_unit(
         "demo-day.service",
-        standin_unit('gpushift demo backend "demo-day" (stand-in for vLLM)', 18000, "0.8.5-demo",
-                     devices, str(d / "demo-day.log"), conflicts=["demo-night.service"],
-                     args=["--start-delay", "2"]),
+        standin_unit(
+            'gpushift demo backend "demo-day" (stand-in for vLLM)',
+            18000,
+            "0.8.5-demo",
+            devices,
+            str(d / "demo-day.log"),
+            conflicts=["demo-night.service"],
+            args=["--start-delay", "2"],
+        ),
     )
     sb.install_unit(
         "demo-night.service",
-        standin_unit('gpushift demo backend "demo-night" (stand-in for llama-server)', 18080,
-                     "b6143-demo", devices, str(d / "demo-night.log"),
-                     conflicts=["demo-day.service"], args=["--start-delay", "1"]),
+        standin_unit(
+            'gpushift demo backend "demo-night" (stand-in for llama-server)',
+            18080,
+            "b6143-demo",
+            devices,
+            str(d / "demo-night.log"),
+            conflicts=["demo-day.service"],
+            args=["--start-delay", "1"],
+        ),
     )
     sb.install_unit("gpushift.service", (REPO / "units" / "gpushift.service").read_text())
-    sb.install_dropin("gpushift.service", "50-demo.conf",
-                      daemon_dropin(gpushift_bin, str(cfg), str(d / "daemon.log")))
+    sb.install_dropin(
+        "gpushift.service", "50-demo.conf", daemon_dropin(gpushift_bin, str(cfg), str(d / "daemon.log"))
+    )
     sb.daemon_reload()
     _say("starting the shipped gpushift.service (Type=notify: systemd waits for READY=1)")
     r = sb.systemctl("start", "gpushift.service", check=False, timeout_s=90)
@@ -200,7 +216,10 @@ simulated_vram_mib = 6800
 
     steps = [
         ("morning: the team's API comes up", ("switch", "demo-day", "--reason", "demo: morning")),
-        ("evening: switch the GPUs to the night backend", ("switch", "demo-night", "--reason", "demo: evening")),
+        (
+            "evening: switch the GPUs to the night backend",
+            ("switch", "demo-night", "--reason", "demo: evening"),
+        ),
         ("status", ("status",)),
         ("the deployment ledger", ("ledger",)),
     ]

@@ -128,7 +128,9 @@ class Keeper:
             self.attempts = None
             self.blocked = None
 
-    def manual(self, backend: str, caller: Caller, hold: bool, until: datetime | None, reason: str) -> Override:
+    def manual(
+        self, backend: str, caller: Caller, hold: bool, until: datetime | None, reason: str
+    ) -> Override:
         """Record a person's switch: keep ``backend`` until the next boundary, ``until``, or resume."""
         with self._lock:
             now = self.now()
@@ -154,8 +156,17 @@ class Keeper:
                 return
             running = self.switcher.running_backends()
             actual = running[0] if len(running) == 1 else OFF
-            self._set_override(Override(ov.mode, actual, ov.until, ov.set_by, ov.set_at,
-                                        f"{ov.reason} (switch to {backend} failed)".strip(), ov.source))
+            self._set_override(
+                Override(
+                    ov.mode,
+                    actual,
+                    ov.until,
+                    ov.set_by,
+                    ov.set_at,
+                    f"{ov.reason} (switch to {backend} failed)".strip(),
+                    ov.source,
+                )
+            )
 
     def resume(self, caller: Caller) -> str:
         """Back to the schedule at once (switching if needed)."""
@@ -202,8 +213,11 @@ class Keeper:
         elif actual != established and actual == OFF and self._crashed(established):
             # Not a person: the backend died by itself (unit "failed").  Adopt "off" and let the
             # schedule bring it back, with the same bounded retries as any scheduled switch.
-            self._warn("backend_crashed", backend=established,
-                       detail="its unit failed on its own; the schedule decides what runs next")
+            self._warn(
+                "backend_crashed",
+                backend=established,
+                detail="its unit failed on its own; the schedule decides what runs next",
+            )
             self.switcher.adopt(OFF, force=True)
         elif actual != established:
             self._external(established, actual, now)
@@ -269,12 +283,23 @@ class Keeper:
             # A hold stays a hold, now of what really runs.
             self._set_override(Override("hold", actual, None, ov.set_by, ov.set_at, ov.reason, ov.source))
         else:
-            self._set_override(Override(
-                "override" if nxt else "hold", actual, nxt.at if nxt else None, "systemctl", now,
-                f"{established} -> {actual} changed outside gpushift", "external",
-            ))
-        self._warn("external_change", was=established, now=actual,
-                   detail="not undone before the next schedule boundary")
+            self._set_override(
+                Override(
+                    "override" if nxt else "hold",
+                    actual,
+                    nxt.at if nxt else None,
+                    "systemctl",
+                    now,
+                    f"{established} -> {actual} changed outside gpushift",
+                    "external",
+                )
+            )
+        self._warn(
+            "external_change",
+            was=established,
+            now=actual,
+            detail="not undone before the next schedule boundary",
+        )
         self.switcher.note_external(established, actual)
 
     def _set_override(self, ov: Override | None) -> None:
@@ -305,10 +330,14 @@ class Keeper:
                     "wants": fire.target if fire else None,
                     "since": fire.at.isoformat() if fire else None,
                     "next": (
-                        {"target": nxt.target, "at": nxt.at.isoformat(),
-                         "at_local": nxt.at.astimezone(self.schedule.tz).isoformat(),
-                         "line": nxt.entry.line}
-                        if nxt else None
+                        {
+                            "target": nxt.target,
+                            "at": nxt.at.isoformat(),
+                            "at_local": nxt.at.astimezone(self.schedule.tz).isoformat(),
+                            "line": nxt.entry.line,
+                        }
+                        if nxt
+                        else None
                     ),
                     "blocked": self.blocked,
                     "last_action": self.last_action,

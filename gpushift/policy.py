@@ -13,7 +13,9 @@ from .config import Config
 from .model import OFF, GateState, GpuReading, Holder
 
 
-def gate_gpus(config: Config, target: str, previous: Iterable[str], all_gpus: Sequence[int]) -> tuple[int, ...]:
+def gate_gpus(
+    config: Config, target: str, previous: Iterable[str], all_gpus: Sequence[int]
+) -> tuple[int, ...]:
     """The GPUs whose VRAM must be free before ``target`` starts.
 
     For a backend: the GPUs it uses.  For ``off``: the GPUs of the backends being stopped (all GPUs
@@ -65,7 +67,9 @@ def describe_reading(r: GpuReading, residual_mib: float, simulated: bool = False
     if holders:
         who = "; ".join(_holder_phrase(h) for h in holders)
         return f"VRAM on GPU {r.index}{sim} still held by {who} (GPU total used {fmt_mib(r.used_mib)})"
-    return f"VRAM on GPU {r.index}{sim} still held: {fmt_mib(r.used_mib)} used, no process has the device open"
+    return (
+        f"VRAM on GPU {r.index}{sim} still held: {fmt_mib(r.used_mib)} used, no process has the device open"
+    )
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,9 @@ def foreign_memory(
         if blocked:
             foreign_all.extend(foreign)
             if foreign:
-                who = "; ".join(_holder_phrase(h) for h in sorted(foreign, key=lambda h: -(h.used_mib or 0.0)))
+                who = "; ".join(
+                    _holder_phrase(h) for h in sorted(foreign, key=lambda h: -(h.used_mib or 0.0))
+                )
                 problems.append(f"VRAM on GPU {r.index}{sim} held by a process outside the backends: {who}")
             else:
                 problems.append(

@@ -393,9 +393,18 @@ class Switcher:
         to_stop = [b for b in running if b != target]
         already = (target == OFF and not running) or (running == [target])
         if already:
-            msg = "no backend is running; the GPUs are free" if target == OFF else f"{target} is already active"
-            return {"ticket": ticket, "ok": True, "already": True, "outcome": Outcome.OK.value,
-                    "from": running[0] if running else None, "to": target, "message": msg}
+            msg = (
+                "no backend is running; the GPUs are free" if target == OFF else f"{target} is already active"
+            )
+            return {
+                "ticket": ticket,
+                "ok": True,
+                "already": True,
+                "outcome": Outcome.OK.value,
+                "from": running[0] if running else None,
+                "to": target,
+                "message": msg,
+            }
 
         all_gpus = self._all_gpus()
         watched = gate_gpus(config, target, to_stop, all_gpus)
@@ -519,8 +528,9 @@ class Switcher:
         rec.extra["doctor"] = [f.to_dict() for f in findings]
         for f in findings:
             if not f.is_error:
-                self.log.warning("doctor_warning", ticket=ticket, backend=f.backend, code=f.code,
-                                 message=f.message)
+                self.log.warning(
+                    "doctor_warning", ticket=ticket, backend=f.backend, code=f.code, message=f.message
+                )
                 self._progress(ticket, Phase.PREFLIGHT, f"warning: {f.message}")
         errors = [f for f in findings if f.is_error]
         if not errors:
@@ -549,10 +559,20 @@ class Switcher:
         waited = round(clock.monotonic() - t0, 3)
         timed_out = bool(n) and n is not None and n > 0
         if first:
-            self._progress(ticket, Phase.DRAIN, f"{b.name}: drained in {waited:.1f}s" if not timed_out
-                           else f"{b.name}: drain timeout, {n} request(s) still in flight")
-        return {"backend": b.name, "in_flight_at_start": first, "in_flight_at_stop": n,
-                "waited_s": waited, "timed_out": timed_out}
+            self._progress(
+                ticket,
+                Phase.DRAIN,
+                f"{b.name}: drained in {waited:.1f}s"
+                if not timed_out
+                else f"{b.name}: drain timeout, {n} request(s) still in flight",
+            )
+        return {
+            "backend": b.name,
+            "in_flight_at_start": first,
+            "in_flight_at_stop": n,
+            "waited_s": waited,
+            "timed_out": timed_out,
+        }
 
     def _stop(self, ticket: str, config: Config, b: BackendConfig) -> None:
         self._progress(ticket, Phase.STOP, f"stopping {b.unit}")
@@ -607,8 +627,11 @@ class Switcher:
         durations["start"] = round(clock.monotonic() - t0, 3)
         if not job.ok:
             st = self.units.state(b.unit)
-            raise _Failure(Phase.START, f"start job of {b.unit} ended with {job.result!r} "
-                           f"(Result={st.result})", systemd_result=st.result)
+            raise _Failure(
+                Phase.START,
+                f"start job of {b.unit} ended with {job.result!r} (Result={st.result})",
+                systemd_result=st.result,
+            )
         self._wait_ready(ticket, config, b, durations)
 
     def _wait_ready(self, ticket: str, config: Config, b: BackendConfig, durations: dict[str, float]) -> None:
@@ -674,7 +697,9 @@ class Switcher:
         error = VramNotReleased.dbus_name() if f.vram else SwitchFailed.dbus_name()
         if not self._touched:
             # Cancelled (or failed) before anything was stopped or started: all is as it was.
-            rec.outcome = Outcome.CANCELLED.value if f.message.startswith("cancelled") else Outcome.FAILED.value
+            rec.outcome = (
+                Outcome.CANCELLED.value if f.message.startswith("cancelled") else Outcome.FAILED.value
+            )
             was = ", ".join(stopped) if stopped else "nothing"
             rec.message = f"{f.message}; nothing was stopped ({was} still as before)"
             return self._finish(rec, error)
@@ -707,7 +732,9 @@ class Switcher:
             try:
                 self._wait_released(ticket, config, watched, f"for the rollback to {previous}")
                 # the rollback's own timings, apart from the failed attempt's
-                self._start_and_wait(ticket, config, prev_cfg, rec.extra["rollback"].setdefault("durations_s", {}))
+                self._start_and_wait(
+                    ticket, config, prev_cfg, rec.extra["rollback"].setdefault("durations_s", {})
+                )
             except GpushiftError as e:
                 raise _Failure(Phase.ROLLBACK, str(e)) from None
         except _Failure as f2:
@@ -748,7 +775,6 @@ class Switcher:
         if error:
             out["error"] = error
         return out
-
 
 
 def _established_after(result: dict[str, Any], before: str | None) -> str | None:

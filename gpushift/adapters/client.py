@@ -26,9 +26,13 @@ def _translate(e: Exception) -> GpushiftError:
     text = getattr(e, "message", str(e))
     if name:
         prefix = f"GDBus.Error:{name}: "
-        text = text[len(prefix):] if text.startswith(prefix) else text
-    if name in ("org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
-                "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Disconnected"):
+        text = text[len(prefix) :] if text.startswith(prefix) else text
+    if name in (
+        "org.freedesktop.DBus.Error.ServiceUnknown",
+        "org.freedesktop.DBus.Error.NameHasNoOwner",
+        "org.freedesktop.DBus.Error.NoReply",
+        "org.freedesktop.DBus.Error.Disconnected",
+    ):
         return DaemonUnavailable(f"the gpushift daemon is not running on this bus ({name})")
     if name == "org.freedesktop.DBus.Error.AccessDenied":
         from ..errors import AccessDenied
@@ -148,11 +152,14 @@ class Client:
                 return False
             return True
 
-        sub = self.bus.subscribe(sender=BUS_NAME, iface=INTERFACE, object=OBJECT_PATH,
-                                 signal_fired=on_signal)
-        owner_sub = self.bus.subscribe(sender="org.freedesktop.DBus", iface="org.freedesktop.DBus",
-                                       signal="NameOwnerChanged", arg0=BUS_NAME,
-                                       signal_fired=lambda *a: on_owner(*a[4]))
+        sub = self.bus.subscribe(sender=BUS_NAME, iface=INTERFACE, object=OBJECT_PATH, signal_fired=on_signal)
+        owner_sub = self.bus.subscribe(
+            sender="org.freedesktop.DBus",
+            iface="org.freedesktop.DBus",
+            signal="NameOwnerChanged",
+            arg0=BUS_NAME,
+            signal_fired=lambda *a: on_owner(*a[4]),
+        )
         timer = GLib.timeout_add(2000, check_owner)
         try:
             ticket = str(self._call("SwitchWithOptions", backend, json.dumps(options)))
@@ -174,4 +181,3 @@ class Client:
         result = dict(state["result"])
         result.setdefault("ticket", state["ticket"])
         return result
-

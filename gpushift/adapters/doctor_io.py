@@ -112,12 +112,21 @@ def run_checks(
         version = versions.get(name)
         if probe_versions and b.version_command:
             version = _command_version(b.version_command) or version
-        inputs.append(doctor.BackendInput(
-            backend=b, unit=st, argv=argv, env=env, version=version,
-            checkpoint=_checkpoint(b.kind, argv, env),
-        ))
+        inputs.append(
+            doctor.BackendInput(
+                backend=b,
+                unit=st,
+                argv=argv,
+                env=env,
+                version=version,
+                checkpoint=_checkpoint(b.kind, argv, env),
+            )
+        )
     findings = doctor.check_all(
-        inputs, facts, path_exists=os.path.exists, previous_ecc_corrected=ecc or None,
+        inputs,
+        facts,
+        path_exists=os.path.exists,
+        previous_ecc_corrected=ecc or None,
         accepted_ecc_uncorrected=dict(config.gpu.accepted_ecc_uncorrected) or None,
         listeners=tcp_listeners(),
     )

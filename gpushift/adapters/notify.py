@@ -34,7 +34,7 @@ class Notifier:
             return False
 
     def ready(self, status: str = "") -> bool:
-        return self.send("READY=1", *( [f"STATUS={status}"] if status else [] ))
+        return self.send("READY=1", *([f"STATUS={status}"] if status else []))
 
     def status(self, line: str) -> bool:
         return self.send("STATUS=" + line.replace("\n", " "))

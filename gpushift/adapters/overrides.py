@@ -49,7 +49,11 @@ class JsonOverrideStore:
         except OSError as e:
             self.error = f"cannot save {self.path}: {e.strerror}"
             if self.log is not None:
-                self.log.error("override_not_saved", path=str(self.path), error=e.strerror,
-                               detail="it holds until the daemon restarts")
+                self.log.error(
+                    "override_not_saved",
+                    path=str(self.path),
+                    error=e.strerror,
+                    detail="it holds until the daemon restarts",
+                )
             with contextlib.suppress(OSError):
                 tmp.unlink()

@@ -19,9 +19,21 @@ from .. import __version__
 from ..errors import DaemonUnavailable, GpushiftError
 
 _LAZY = {
-    "ledger": ("gpushift.cli.ledger", "ledger", "Read the deployment ledger (list, show, diff, export, verify)."),
-    "schedule": ("gpushift.cli.schedule", "schedule", "Show the next switches of the schedule; check a file."),
-    "check": ("gpushift.cli.check", "check", "Preflight doctor: check config, schedule, units and GPU facts."),
+    "ledger": (
+        "gpushift.cli.ledger",
+        "ledger",
+        "Read the deployment ledger (list, show, diff, export, verify).",
+    ),
+    "schedule": (
+        "gpushift.cli.schedule",
+        "schedule",
+        "Show the next switches of the schedule; check a file.",
+    ),
+    "check": (
+        "gpushift.cli.check",
+        "check",
+        "Preflight doctor: check config, schedule, units and GPU facts.",
+    ),
 }
 
 
@@ -91,8 +103,13 @@ def _bus_kind(ctx: click.Context) -> str:
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", metavar="PATH", envvar="GPUSHIFT_CONFIG",
-              help="Config file (default /etc/gpushift/gpushift.toml; env GPUSHIFT_CONFIG).")
+@click.option(
+    "--config",
+    "config_path",
+    metavar="PATH",
+    envvar="GPUSHIFT_CONFIG",
+    help="Config file (default /etc/gpushift/gpushift.toml; env GPUSHIFT_CONFIG).",
+)
 @click.version_option(__version__, prog_name="gpushift")
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
@@ -134,8 +151,15 @@ def _local_status(ctx: click.Context, why: str) -> dict[str, Any]:
     try:
         comps = wiring.build(cfg, readonly_ledger=True, tolerate_no_bus=True)
     except GpushiftError as e:
-        return {"daemon": daemon, "active": None, "backends": {}, "gpus": [], "simulated":
-                cfg.gpu.provider == "simulated", "last_switch": None, "error": str(e)}
+        return {
+            "daemon": daemon,
+            "active": None,
+            "backends": {},
+            "gpus": [],
+            "simulated": cfg.gpu.provider == "simulated",
+            "last_switch": None,
+            "error": str(e),
+        }
     return wiring.status_report(comps, daemon)
 
 
@@ -154,13 +178,17 @@ def render_status(s: dict[str, Any]) -> str:
         lines.append(f"daemon:   running (pid {d.get('pid')}, {state}, gpushift {d.get('version')})")
         sw = d.get("switch")
         if sw:
-            lines.append(f"switch:   {sw.get('from') or 'off'} -> {sw.get('to')} [{sw.get('phase')}] "
-                         f"{sw.get('detail', '')} ({sw.get('elapsed_s')}s, ticket {sw.get('ticket')}, "
-                         f"by {sw.get('requested_by')})")
+            lines.append(
+                f"switch:   {sw.get('from') or 'off'} -> {sw.get('to')} [{sw.get('phase')}] "
+                f"{sw.get('detail', '')} ({sw.get('elapsed_s')}s, ticket {sw.get('ticket')}, "
+                f"by {sw.get('requested_by')})"
+            )
         if d.get("reload_error"):
             lines.append(f"reload:   REJECTED, old config in force: {d['reload_error']}")
     else:
-        lines.append(f"daemon:   DOWN ({d.get('error', 'not running')}); showing what the CLI can read itself")
+        lines.append(
+            f"daemon:   DOWN ({d.get('error', 'not running')}); showing what the CLI can read itself"
+        )
     for key, label in (("mode", "mode"),):
         if s.get(key):
             lines.append(f"{label}:     {s[key]}")
@@ -187,17 +215,25 @@ def render_status(s: dict[str, Any]) -> str:
             lines.append(f"  {name:<10} {b.get('unit')}  ERROR: {b['error']}")
             continue
         h = b.get("health")
-        hs = "" if h is None else (f"health {h.get('status')}" if h.get("status") else f"health: {h.get('detail')}")
+        hs = (
+            ""
+            if h is None
+            else (f"health {h.get('status')}" if h.get("status") else f"health: {h.get('detail')}")
+        )
         pid = f"pid {b['main_pid']}" if b.get("main_pid") else ""
-        lines.append(f"  {name:<10} {b.get('unit'):<28} {b.get('active_state')}/{b.get('sub_state'):<10} {pid:<10} {hs}")
+        lines.append(
+            f"  {name:<10} {b.get('unit'):<28} {b.get('active_state')}/{b.get('sub_state'):<10} {pid:<10} {hs}"
+        )
     lines.append("GPUs (SIMULATED — no real GPU is measured):" if sim else "GPUs:")
     for g in s.get("gpus") or []:
         if "index" not in g:
             lines.append(f"  {g.get('error')}")
             continue
         used = "unknown" if g.get("used_mib") is None else f"{_mib(g['used_mib'])}/{_mib(g['total_mib'])} MiB"
-        lines.append(f"  GPU {g['index']}  {g.get('name')}  {used}  [{g.get('state')}]"
-                     + (f"  {g['error']}" if g.get("error") else ""))
+        lines.append(
+            f"  GPU {g['index']}  {g.get('name')}  {used}  [{g.get('state')}]"
+            + (f"  {g['error']}" if g.get("error") else "")
+        )
         for h in g.get("holders") or []:
             amount = f" {fmt_mib(h['used_mib'])}" if h.get("used_mib") else ""
             unit = f", unit {h['unit']}" if h.get("unit") else ""
@@ -209,15 +245,19 @@ def render_status(s: dict[str, Any]) -> str:
         sched = s.get("schedule") or {}
         if sched.get("blocked"):
             lines.append(f"blocked:  {sched['blocked']}")
-        lines.append(f"last:     #{last.get('id')} {last.get('from') or 'off'} -> {last.get('to')} "
-                     f"{last.get('outcome')} at {last.get('finished_at') or last.get('started_at')} "
-                     f"({last.get('trigger')} by {last.get('requested_by')})"
-                     + (f": {last['message']}" if last.get("message") and last.get("outcome") != "ok" else ""))
+        lines.append(
+            f"last:     #{last.get('id')} {last.get('from') or 'off'} -> {last.get('to')} "
+            f"{last.get('outcome')} at {last.get('finished_at') or last.get('started_at')} "
+            f"({last.get('trigger')} by {last.get('requested_by')})"
+            + (f": {last['message']}" if last.get("message") and last.get("outcome") != "ok" else "")
+        )
     else:
         lines.append("last:     no switch recorded yet")
     led = s.get("ledger") or {}
     if led.get("state") and led.get("state") != "ok":
-        lines.append(f"ledger:   {led.get('state')} ({led.get('pending', 0)} pending) {led.get('error') or ''}".rstrip())
+        lines.append(
+            f"ledger:   {led.get('state')} ({led.get('pending', 0)} pending) {led.get('error') or ''}".rstrip()
+        )
     else:
         lines.append("ledger:   ok")
     if led.get("alarm"):
@@ -262,8 +302,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.option("--until", "until", metavar="TIME", help="Keep BACKEND until TIME ('2026-12-01 08:00').")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress goes to stderr).")
 @click.pass_context
-def switch(ctx: click.Context, backend: str, reason: str, no_wait: bool, skip_drain: bool, hold: bool,
-           until: str | None, as_json: bool) -> None:
+def switch(
+    ctx: click.Context,
+    backend: str,
+    reason: str,
+    no_wait: bool,
+    skip_drain: bool,
+    hold: bool,
+    until: str | None,
+    as_json: bool,
+) -> None:
     """Switch the GPUs to BACKEND (a configured name, or `off` to free them).
 
     Prints one line per phase with elapsed seconds; exits 0 when BACKEND answers its health URL,

@@ -18,8 +18,14 @@ def _collect(config_path: str | None) -> dict[str, Any]:
     from .. import config as config_mod
     from ..errors import ConfigError, GpushiftError
 
-    report: dict[str, Any] = {"ok": False, "config": {"path": config_mod.config_path(config_path)},
-                              "schedule": None, "gpu": None, "units": {}, "findings": []}
+    report: dict[str, Any] = {
+        "ok": False,
+        "config": {"path": config_mod.config_path(config_path)},
+        "schedule": None,
+        "gpu": None,
+        "units": {},
+        "findings": [],
+    }
     try:
         cfg = config_mod.load(config_path)
     except ConfigError as e:
@@ -32,7 +38,8 @@ def _collect(config_path: str | None) -> dict[str, Any]:
         sched = load_schedule_of(cfg)
         report["schedule"] = (
             {"ok": True, "path": sched.path, "entries": len(sched.entries), "tz": str(sched.tz)}
-            if sched else {"ok": True, "path": None}
+            if sched
+            else {"ok": True, "path": None}
         )
     except ConfigError as e:
         report["schedule"] = {"ok": False, "error": str(e)}
@@ -55,9 +62,15 @@ def _collect(config_path: str | None) -> dict[str, Any]:
     report["gpu"] = facts.to_dict()
     report["units"] = {
         name: (
-            {"unit": cfg.backends[name].unit, "load_state": st.load_state, "active_state": st.active_state,
-             "exec_start": list(st.exec_start), "fragment_path": st.fragment_path}
-            if st else {"unit": cfg.backends[name].unit, "error": report.get("systemd_error", "unreadable")}
+            {
+                "unit": cfg.backends[name].unit,
+                "load_state": st.load_state,
+                "active_state": st.active_state,
+                "exec_start": list(st.exec_start),
+                "fragment_path": st.fragment_path,
+            }
+            if st
+            else {"unit": cfg.backends[name].unit, "error": report.get("systemd_error", "unreadable")}
         )
         for name, st in states.items()
     }
@@ -87,10 +100,14 @@ def _render(r: dict[str, Any]) -> str:
     g = r.get("gpu") or {}
     sim = " (SIMULATED)" if g.get("simulated") else ""
     gpus = g.get("gpus") or []
-    names = ", ".join(f"GPU {x['index']} {x['name']} sm_{(x.get('compute_capability') or '?').replace('.', '')}"
-                      for x in gpus)
-    lines.append(f"GPUs{sim}  driver {g.get('driver_version')}, CUDA {g.get('cuda_version')}: {names or 'none'}"
-                 + (f"  ERROR: {g['error']}" if g.get("error") else ""))
+    names = ", ".join(
+        f"GPU {x['index']} {x['name']} sm_{(x.get('compute_capability') or '?').replace('.', '')}"
+        for x in gpus
+    )
+    lines.append(
+        f"GPUs{sim}  driver {g.get('driver_version')}, CUDA {g.get('cuda_version')}: {names or 'none'}"
+        + (f"  ERROR: {g['error']}" if g.get("error") else "")
+    )
     by_backend: dict[str, list[dict[str, str]]] = {}
     for f in r["findings"]:
         by_backend.setdefault(f["backend"], []).append(f)

@@ -84,8 +84,16 @@ def test_http_probe_version_command_parses_llama_server_output() -> None:
 
 def test_http_probe_in_flight_from_vllm_metrics_and_llama_slots(server: str) -> None:
     ROUTES["/metrics"] = (200, VLLM_METRICS)
-    ROUTES["/slots"] = (200, json.dumps([{"id": 0, "is_processing": True}, {"id": 1, "is_processing": False},
-                                         {"id": 2, "is_processing": True}]))
+    ROUTES["/slots"] = (
+        200,
+        json.dumps(
+            [
+                {"id": 0, "is_processing": True},
+                {"id": 1, "is_processing": False},
+                {"id": 2, "is_processing": True},
+            ]
+        ),
+    )
     cfg = parse(f"""
 [backends.day]
 kind = "vllm"
@@ -120,7 +128,10 @@ health_url = "http://127.0.0.1:8080/health"
 version_command = ["llama-server", "--version"]
 """)
     day, night = cfg.backends["day"], cfg.backends["night"]
-    assert day.version_url == "http://127.0.0.1:8000/version" and day.metrics_url == "http://127.0.0.1:8000/metrics"
+    assert (
+        day.version_url == "http://127.0.0.1:8000/version"
+        and day.metrics_url == "http://127.0.0.1:8000/metrics"
+    )
     assert night.version_url is None and night.metrics_url == "http://127.0.0.1:8080/slots"
 
 

@@ -52,9 +52,16 @@ class ProcessUnits:
     def state(self, unit: str) -> UnitState:
         p = self.running.get(unit)
         up = p is not None and p.poll() is None
-        return UnitState(name=unit, load_state="loaded", active_state="active" if up else "inactive",
-                         sub_state="running" if up else "dead", main_pid=p.pid if up and p else 0,
-                         exec_start=self._argv(unit), kill_mode="control-group", conflicts=("x",))
+        return UnitState(
+            name=unit,
+            load_state="loaded",
+            active_state="active" if up else "inactive",
+            sub_state="running" if up else "dead",
+            main_pid=p.pid if up and p else 0,
+            exec_start=self._argv(unit),
+            kill_mode="control-group",
+            conflicts=("x",),
+        )
 
     def start(self, unit: str, timeout_s: float) -> JobResult:
         self.calls.append(("start", unit))
@@ -95,7 +102,9 @@ class RunningIsHealthy:
         up = self.units.state(self.urls[url]).running
         return Health(up, 200 if up else None, "")
 
-    def version(self, version_url: str | None, version_command: Sequence[str] | None, timeout_s: float = 5.0) -> VersionInfo:
+    def version(
+        self, version_url: str | None, version_command: Sequence[str] | None, timeout_s: float = 5.0
+    ) -> VersionInfo:
         return VersionInfo("torch-holder", "none")
 
     def in_flight(self, backend: Any) -> int | None:
@@ -129,7 +138,9 @@ class ListLedger:
         return {"state": "ok", "pending": 0, "error": None}
 
 
-def make(probe: Any, gpu: Any, procs: Any, specs: dict[str, tuple[float, str]]) -> tuple[Switcher, ProcessUnits]:
+def make(
+    probe: Any, gpu: Any, procs: Any, specs: dict[str, tuple[float, str]]
+) -> tuple[Switcher, ProcessUnits]:
     cfg = parse(f"""
 [gpu]
 residual_mib = 256
@@ -147,9 +158,15 @@ health_url = "http://127.0.0.1:1/b"
 gpus = [{gpu.index}]
 """)
     units = ProcessUnits(procs, gpu, specs)
-    sw = Switcher(cfg, units, probe, RunningIsHealthy(units, {"http://127.0.0.1:1/a": "a.service",
-                                                               "http://127.0.0.1:1/b": "b.service"}),
-                  ListLedger(), ProcHost(), SystemClock())
+    sw = Switcher(
+        cfg,
+        units,
+        probe,
+        RunningIsHealthy(units, {"http://127.0.0.1:1/a": "a.service", "http://127.0.0.1:1/b": "b.service"}),
+        ListLedger(),
+        ProcHost(),
+        SystemClock(),
+    )
     return sw, units
 
 

@@ -171,7 +171,9 @@ class GpushiftEnv:
 
     # ------------------------------------------------------------ using it
 
-    def cli(self, *args: str, timeout_s: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, timeout_s: float = 120, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
         env = dict(self.sb.env)
         env["GPUSHIFT_CONFIG"] = str(self.config_path)
         r = subprocess.run([GPUSHIFT, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -185,8 +187,9 @@ class GpushiftEnv:
     def cli_popen(self, *args: str) -> subprocess.Popen[str]:
         env = dict(self.sb.env)
         env["GPUSHIFT_CONFIG"] = str(self.config_path)
-        return subprocess.Popen([GPUSHIFT, *args], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [GPUSHIFT, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     def status(self) -> dict[str, Any]:
         r = self.cli("status", "--json")

@@ -22,7 +22,9 @@ def shipped_config(base: Path) -> Path:
     text = text.replace('provider = "nvml"', 'provider = "simulated"')
     text = text.replace('state_dir = "/var/lib/gpushift"', f'state_dir = "{base / "state"}"')
     text = text.replace('runtime_dir = "/run/gpushift"', f'runtime_dir = "{base / "run"}"')
-    text = text.replace('schedule = "/etc/gpushift/schedule"', f'schedule = "{REPO / "etc/gpushift/schedule"}"')
+    text = text.replace(
+        'schedule = "/etc/gpushift/schedule"', f'schedule = "{REPO / "etc/gpushift/schedule"}"'
+    )
     path = base / "gpushift.toml"
     path.write_text(text)
     return path
@@ -61,7 +63,11 @@ def test_check_reports_on_shipped_config_and_units(sandbox):
     assert rep["ok"] is False and rep["errors"] >= 2
     for f in rep["findings"]:
         assert set(f) == {"severity", "code", "backend", "message", "hint"}
-    assert rep["units"]["vllm"]["exec_start"][:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert rep["units"]["vllm"]["exec_start"][:3] == [
+        "/opt/vllm/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+    ]
 
 
 def test_check_finds_fp8_on_volta_from_a_dropin(sandbox):
@@ -73,7 +79,8 @@ def test_check_finds_fp8_on_volta_from_a_dropin(sandbox):
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}))
     sandbox.install_dropin(
-        "gpushift-vllm.service", "10-fp8.conf",
+        "gpushift-vllm.service",
+        "10-fp8.conf",
         f"[Service]\nEnvironment=MODEL={model}\nExecStart=\nExecStart=/opt/vllm/bin/python -m "
         "vllm.entrypoints.openai.api_server --model ${MODEL} --port 8000 --quantization fp8 "
         "--tensor-parallel-size 4\n",
@@ -91,7 +98,12 @@ def test_check_finds_fp8_on_volta_from_a_dropin(sandbox):
 def test_check_rejects_invalid_config_with_exit_2(tmp_path):
     cfg = tmp_path / "bad.toml"
     cfg.write_text("[daemon]\nbus = 'bogus'\n")
-    r = subprocess.run([GPUSHIFT, "--config", str(cfg), "check"], capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ))
+    r = subprocess.run(
+        [GPUSHIFT, "--config", str(cfg), "check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
     assert r.returncode == 2
     assert "daemon.bus" in r.stdout and "bogus" in r.stdout

@@ -13,8 +13,13 @@ def test_demo_runs_to_completion_and_stops():
     demo_dir = Path("/run") / f"gs-demo-test-{os.getpid()}"
     env = dict(os.environ, GPUSHIFT_DEMO_DIR=str(demo_dir))
     try:
-        r = subprocess.run([sys.executable, "-m", "gpushift.demo", "run"], env=env, capture_output=True,
-                           text=True, timeout=240)
+        r = subprocess.run(
+            [sys.executable, "-m", "gpushift.demo", "run"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         out = r.stdout
         assert "ok: demo-day is serving" in out and "ok: demo-night is serving" in out
@@ -23,8 +28,13 @@ def test_demo_runs_to_completion_and_stops():
         assert "demo-day → demo-night" in out  # the ledger
         assert "make demo-stop" in out
     finally:
-        s = subprocess.run([sys.executable, "-m", "gpushift.demo", "stop"], env=env, capture_output=True,
-                           text=True, timeout=120)
+        s = subprocess.run(
+            [sys.executable, "-m", "gpushift.demo", "stop"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         state_file = demo_dir / "sandbox.json"
         state = json.loads(state_file.read_text()) if state_file.exists() else {}
         subprocess.run(["rm", "-rf", str(demo_dir)], check=False)

@@ -45,7 +45,8 @@ def test_ledger_records_every_field_and_diffs_a_dropin_change(sandbox):
     unit_text = env.unit_text(b)
     exec_line = next(line for line in unit_text.splitlines() if line.startswith("ExecStart="))
     dropin = sandbox.install_dropin(
-        b.unit, "10-tuning.conf",
+        b.unit,
+        "10-tuning.conf",
         f"[Service]\nEnvironment=STANDIN_VERSION=2.6.0\nExecStart=\n{exec_line} --request-seconds 0.5\n",
     )
     sandbox.daemon_reload()
@@ -62,7 +63,11 @@ def test_ledger_records_every_field_and_diffs_a_dropin_change(sandbox):
     assert {"path": str(dropin), "sha256": sha256(dropin)}.items() <= launch["unit"]["drop_ins"][0].items()
     assert "working_directory" in launch["unit"] and "user" in launch["unit"]
     m = launch["models"][0]
-    assert m["path"] == str(model) and m["size_bytes"] == 40 * 1024 * 1024 and m["fingerprint"].startswith("fp1:")
+    assert (
+        m["path"] == str(model)
+        and m["size_bytes"] == 40 * 1024 * 1024
+        and m["fingerprint"].startswith("fp1:")
+    )
     assert launch["host"]["hostname"] and launch["host"]["kernel"] == os.uname().release
     facts = row["gpu_facts"]
     assert facts["simulated"] is True and facts["driver_version"] and facts["cuda_version"]
@@ -88,7 +93,9 @@ def full_disk_env():
     root = Path("/run") / f"gs-diskfull-{os.getpid()}"
     state = root / "state"
     state.mkdir(parents=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(state)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(state)], capture_output=True, text=True
+    )
     assert r.returncode == 0, f"cannot mount a tmpfs for the full-disk test (needs root): {r.stderr}"
     sb = Sandbox(root / "sb")
     try:
@@ -135,12 +142,22 @@ def test_full_disk_switch_completes_degraded_and_lands_once_after_sigkill(full_d
     # the daemon dies while degraded; systemd restarts it
     pid = int(sb.show("gpushift.service", "MainPID")["MainPID"])
     os.kill(pid, signal.SIGKILL)
-    env.wait_for(lambda: sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
-                 and env.active_state("gpushift.service") == "active", 30, "the restart")
+    env.wait_for(
+        lambda: (
+            sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
+            and env.active_state("gpushift.service") == "active"
+        ),
+        30,
+        "the restart",
+    )
     filler.unlink()  # space is back
     env.wait_for(lambda: env.status()["ledger"]["state"] == "ok", 30, "the pending row to land")
     rows = env.ledger()
-    mine = [x for x in rows if x.get("reason") == "disk is full" or env.ledger_row(x["id"])["reason"] == "disk is full"]
+    mine = [
+        x
+        for x in rows
+        if x.get("reason") == "disk is full" or env.ledger_row(x["id"])["reason"] == "disk is full"
+    ]
     assert len(mine) == 1, rows
     assert mine[0]["outcome"] == "ok" and mine[0]["to"] == "b"
     assert not list((env.runtime_dir / "ledger-pending").glob("*.json"))

@@ -40,8 +40,15 @@ def sched_env(sandbox):
         sched = base / "schedule"
         sched.write_text(schedule_text)
         a = Backend("a", free_port(), [0, 1], version="1.0.0", vram_mib=14500)
-        b = Backend("b", free_port(), [0, 1], version="2.0.0", vram_mib=6800, args=list(opts.pop("b_args", [])),
-                    start_timeout_s=opts.pop("b_timeout", 20.0))
+        b = Backend(
+            "b",
+            free_port(),
+            [0, 1],
+            version="2.0.0",
+            vram_mib=6800,
+            args=list(opts.pop("b_args", [])),
+            start_timeout_s=opts.pop("b_timeout", 20.0),
+        )
         opts.setdefault("reconcile_interval_s", 2)
         env = GpushiftEnv(sandbox, base, [a, b], schedule=str(sched), **opts)
         env.schedule_path = sched
@@ -95,8 +102,12 @@ def test_wall_clock_jump_is_noticed_by_the_real_daemon(sched_env):
     try:
         env = sched_env(
             f"TZ=UTC\n{cron_at(now - timedelta(hours=2))} a\n{cron_at(later)} b\n",
-            extra_env=[f"LD_PRELOAD={lib}", f"FAKETIME_TIMESTAMP_FILE={faketime}", "FAKETIME_NO_CACHE=1",
-                       "FAKETIME_DONT_FAKE_MONOTONIC=1"],
+            extra_env=[
+                f"LD_PRELOAD={lib}",
+                f"FAKETIME_TIMESTAMP_FILE={faketime}",
+                "FAKETIME_NO_CACHE=1",
+                "FAKETIME_DONT_FAKE_MONOTONIC=1",
+            ],
             reconcile_interval_s=600,  # only the jump can explain a switch within the test
         )
         wait_active(env, "gs-a.service", 30)
@@ -140,8 +151,9 @@ def test_systemctl_stop_is_not_undone_before_next_boundary(sched_env):
     env = sched_env("TZ=UTC\n0 0 1 1 * a\n")  # in effect since 1 January; next boundary next year
     wait_active(env, "gs-a.service", 30)
     env.sb.systemctl("stop", "gs-a.service")
-    env.wait_for(lambda: env.status()["mode"].startswith("override off until"), 15,
-                 "the external stop to be noticed")
+    env.wait_for(
+        lambda: env.status()["mode"].startswith("override off until"), 15, "the external stop to be noticed"
+    )
     time.sleep(6)  # three reconcile intervals
     assert env.active_state("gs-a.service") != "active"
     rows = env.ledger()
@@ -153,8 +165,9 @@ def test_cancel_aborts_slow_start_and_previous_serves_again(sched_env):
     env = sched_env("TZ=UTC\n0 0 1 1 * a\n", b_args=["--start-delay", "120"], b_timeout=300)
     wait_active(env, "gs-a.service", 30)
     p = env.cli_popen("switch", "b")
-    env.wait_for(lambda: (env.status()["daemon"].get("switch") or {}).get("phase") == "ready", 30,
-                 "the slow start")
+    env.wait_for(
+        lambda: (env.status()["daemon"].get("switch") or {}).get("phase") == "ready", 30, "the slow start"
+    )
     r = env.cli("cancel", check=True)
     assert "cancelling" in r.stdout
     out, err = p.communicate(timeout=60)
@@ -202,9 +215,14 @@ def test_watchdog_ready_and_restart_of_a_hung_daemon(sched_env):
     pid = int(props["MainPID"])
     os.kill(pid, signal.SIGSTOP)  # the loop stops: no more WATCHDOG=1
     try:
-        env.wait_for(lambda: env.sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
-                     and env.active_state("gpushift.service") == "active", 90,
-                     "systemd to kill and restart the hung daemon")
+        env.wait_for(
+            lambda: (
+                env.sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
+                and env.active_state("gpushift.service") == "active"
+            ),
+            90,
+            "systemd to kill and restart the hung daemon",
+        )
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)

@@ -25,12 +25,29 @@ def make_env(sandbox, name: str, backends: list[Backend], **opts) -> GpushiftEnv
 def ab(sandbox):
     """Backends a (GPUs 0,1) and b (GPU 1) with A serving, daemon up."""
 
-    def build(a_args=(), b_args=(), b_exec=None, b_timeout=20.0, b_kind="generic", a_timeout_stop=3,
-              **opts) -> GpushiftEnv:
-        a = Backend("a", free_port(), [0, 1], version="1.1.0", vram_mib=14500, args=list(a_args),
-                    timeout_stop_s=a_timeout_stop)
-        b = Backend("b", free_port(), [1], version="2.5.0", vram_mib=6800, args=list(b_args),
-                    exec_start=b_exec, start_timeout_s=b_timeout, kind=b_kind)
+    def build(
+        a_args=(), b_args=(), b_exec=None, b_timeout=20.0, b_kind="generic", a_timeout_stop=3, **opts
+    ) -> GpushiftEnv:
+        a = Backend(
+            "a",
+            free_port(),
+            [0, 1],
+            version="1.1.0",
+            vram_mib=14500,
+            args=list(a_args),
+            timeout_stop_s=a_timeout_stop,
+        )
+        b = Backend(
+            "b",
+            free_port(),
+            [1],
+            version="2.5.0",
+            vram_mib=6800,
+            args=list(b_args),
+            exec_start=b_exec,
+            start_timeout_s=b_timeout,
+            kind=b_kind,
+        )
         env = make_env(sandbox, "gs", [a, b], **opts).up()
         env.cli("switch", "a", "--reason", "setup", check=True)
         assert env.active_state("gs-a.service") == "active"
@@ -113,8 +130,11 @@ def test_foreign_holder_on_target_gpu_refuses_before_stopping(ab):
     a_pid = env.main_pid("gs-a.service")
     holder = env.hold_device(1)
     try:
-        env.wait_for(lambda: any(h["pid"] == holder.pid for g in env.status()["gpus"]
-                                 for h in g.get("holders", [])), 10, "the foreign holder to show")
+        env.wait_for(
+            lambda: any(h["pid"] == holder.pid for g in env.status()["gpus"] for h in g.get("holders", [])),
+            10,
+            "the foreign holder to show",
+        )
         r = env.cli("switch", "b")
         assert r.returncode != 0
         assert f"pid {holder.pid}" in r.stderr and "python" in r.stderr, r.stderr
@@ -130,8 +150,11 @@ def test_foreign_holder_on_unused_gpu_does_not_block(ab):
     env = ab()
     holder = env.hold_device(0)  # b uses GPU 1 only
     try:
-        env.wait_for(lambda: any(h["pid"] == holder.pid for g in env.status()["gpus"]
-                                 for h in g.get("holders", [])), 10, "the foreign holder to show")
+        env.wait_for(
+            lambda: any(h["pid"] == holder.pid for g in env.status()["gpus"] for h in g.get("holders", [])),
+            10,
+            "the foreign holder to show",
+        )
         r = env.cli("switch", "b", check=True)
         assert r.returncode == 0
         assert env.active_state("gs-b.service") == "active"
@@ -159,8 +182,9 @@ def test_orphan_outside_cgroup_keeps_gate_closed_and_nothing_starts(ab, sandbox)
         assert f"pid {held[0]['pid']}" in row["message"]
     finally:
         # the orphan runs in a transient scope of this sandbox's manager: stop it by its unit
-        for line in sandbox.systemctl("list-units", "--type=scope", "--no-legend", "--plain",
-                                      check=False).stdout.splitlines():
+        for line in sandbox.systemctl(
+            "list-units", "--type=scope", "--no-legend", "--plain", check=False
+        ).stdout.splitlines():
             if line.strip():
                 sandbox.systemctl("stop", line.split()[0], check=False)
 
@@ -216,15 +240,24 @@ def test_switch_off_frees_gpus(ab):
 def test_daemon_killed_mid_switch_marks_row_interrupted(ab):
     env = ab(b_args=["--start-delay", "30"], b_timeout=60)
     first = env.cli_popen("switch", "b")
-    env.wait_for(lambda: (env.status()["daemon"].get("switch") or {}).get("phase") == "ready", 20,
-                 "the switch to reach readiness")
+    env.wait_for(
+        lambda: (env.status()["daemon"].get("switch") or {}).get("phase") == "ready",
+        20,
+        "the switch to reach readiness",
+    )
     pid = int(env.sb.show("gpushift.service", "MainPID")["MainPID"])
     os.kill(pid, signal.SIGKILL)
     out, err = first.communicate(timeout=30)
     assert first.returncode != 0
     assert "went away" in err or "not running" in err, err
-    env.wait_for(lambda: env.sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
-                 and env.active_state("gpushift.service") == "active", 30, "systemd to restart the daemon")
+    env.wait_for(
+        lambda: (
+            env.sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
+            and env.active_state("gpushift.service") == "active"
+        ),
+        30,
+        "systemd to restart the daemon",
+    )
     row = env.ledger()[0]
     assert row["outcome"] == "interrupted"
     st = env.status()
@@ -267,8 +300,13 @@ def test_switch_cli_reports_daemon_down(ab):
 
 def test_daemon_refuses_second_instance_name(ab):
     env = ab()
-    r = subprocess.run([GPUSHIFT, "daemon"], env={**env.sb.env, "GPUSHIFT_CONFIG": str(env.config_path)},
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [GPUSHIFT, "daemon"],
+        env={**env.sb.env, "GPUSHIFT_CONFIG": str(env.config_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode != 0
     assert "bus_name_taken" in r.stdout
 
@@ -357,8 +395,13 @@ def test_status_without_any_bus_still_reads_gpus_and_ledger(ab):
     cfg = env.config_path.read_text().replace('bus = "session"', 'bus = "system"')
     alt = env.base / "nobus.toml"
     alt.write_text(cfg)
-    r = subprocess.run([GPUSHIFT, "--config", str(alt), "status", "--json"], capture_output=True, text=True,
-                       timeout=60, env={**env.sb.env, "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={env.base}/no-such-bus"})
+    r = subprocess.run(
+        [GPUSHIFT, "--config", str(alt), "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env.sb.env, "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={env.base}/no-such-bus"},
+    )
     assert r.returncode == 6, r.stderr
     st = json.loads(r.stdout)
     assert st["daemon"]["running"] is False

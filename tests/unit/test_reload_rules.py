@@ -23,8 +23,13 @@ start_timeout_s = {start}
 
 
 def cfg(provider: str = "nvml", release: int = 120, start: int = 300, extra: str = "", bus: str = "session"):
-    return parse(BASE.format(provider=provider, release=release, start=start).replace(
-        'bus = "session"', f'bus = "{bus}"') + extra, "/etc/gpushift/gpushift.toml")
+    return parse(
+        BASE.format(provider=provider, release=release, start=start).replace(
+            'bus = "session"', f'bus = "{bus}"'
+        )
+        + extra,
+        "/etc/gpushift/gpushift.toml",
+    )
 
 
 def test_reload_accepts_backend_timeouts_and_new_backends_on_nvml() -> None:

@@ -812,7 +812,6 @@ def test_switcher_cancel_before_any_stop_keeps_established_backend(world: Any) -
     assert world.switcher.snapshot() == (False, "day")
 
 
-
 def test_switcher_crash_into_auto_restart_is_noticed_at_the_next_poll(world: Any) -> None:
     # a backend unit with Restart=on-failure that crashed while loading sits in activating/auto-restart
     world.probe.set_health(world.url("night"), ok_after=None)
