@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import cmdline
 from .config import BackendConfig
 from .model import GpuInfo, Holder, HostGpuFacts, UnitState
 
@@ -136,129 +137,14 @@ class BackendInput:
 # Command lines
 
 
-_VAR_WORD = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
-_VAR_BRACED = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def unit_environment(unit: UnitState | None) -> dict[str, str]:
-    """The unit's ``Environment=`` entries (``KEY=value`` strings) as a mapping; later ones win."""
-    out: dict[str, str] = {}
-    for item in unit.environment if unit else ():
-        key, sep, value = item.partition("=")
-        if sep and key:
-            out[key] = value
-    return out
-
-
-def expand_argv(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    """Expand environment variables in an ``ExecStart=`` argv the way systemd does.
-
-    systemd reports ``ExecStart`` as written, variables unexpanded (measured: ``"${SECS}"`` while
-    the process ran with ``1234``), so the doctor expands them itself.  Following systemd.service(5):
-    ``${VAR}`` anywhere in a word is replaced by the value, the word staying one argument; a word
-    that is exactly ``$VAR`` is replaced by the value split at whitespace (no words when empty);
-    ``$$`` is a literal ``$``; an unset variable is empty.  The first word (the executable) is
-    expanded like any other.
-
-    Args:
-        argv: the command as written in the unit.
-        env: the unit's environment (``Environment=``).
-
-    Returns:
-        The argv the process would get.
-    """
-    out: list[str] = []
-    for word in argv:
-        whole = _VAR_WORD.fullmatch(word)
-        if whole:
-            out.extend(env.get(whole.group(1), "").split())
-            continue
-        out.append(_VAR_BRACED.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), ""), word))
-    return out
-
-
-def undefined_variables(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    """The variables ``argv`` uses that ``env`` does not define, in order of first use."""
-    seen: list[str] = []
-    for word in argv:
-        whole = _VAR_WORD.fullmatch(word)
-        names = [whole.group(1)] if whole else [m.group(1) for m in _VAR_BRACED.finditer(word) if m.group(1)]
-        for name in names:
-            if name not in env and name not in seen:
-                seen.append(name)
-    return seen
-
-
-def _norm_flag(flag: str, kind: str) -> str:
-    # vLLM's argument parser accepts --tensor_parallel_size as well as --tensor-parallel-size.
-    if kind == "vllm" and flag.startswith("--"):
-        return "--" + flag[2:].replace("_", "-")
-    return flag
-
-
-def flag_values(argv: Sequence[str], names: Collection[str], kind: str = "generic") -> list[str]:
-    """Every value given to one of the option ``names`` in ``argv``, in order.
-
-    Both ``--flag value`` and ``--flag=value`` count.  ``argv[0]`` (the executable) is never an
-    option.  A flag at the very end, without its value, gives nothing.
-
-    Args:
-        argv: the expanded command line.
-        names: the spellings of one option, e.g. ``("--split-mode", "-sm")``.
-        kind: the backend kind (vLLM also accepts underscores in option names).
-
-    Returns:
-        The values, first to last (argparse and llama.cpp both let the last one win).
-    """
-    wanted = {_norm_flag(n, kind) for n in names}
-    out: list[str] = []
-    i = 1
-    while i < len(argv):
-        word = argv[i]
-        if word.startswith("-"):
-            name, eq, value = word.partition("=")
-            name = _norm_flag(name, kind)
-            if name in wanted:
-                if eq:
-                    out.append(value)
-                elif i + 1 < len(argv):
-                    out.append(argv[i + 1])
-                    i += 1
-        i += 1
-    return out
-
-
-def flag_value(argv: Sequence[str], names: Collection[str], kind: str = "generic") -> str | None:
-    """The value the program will use for an option: the last one given, or ``None``."""
-    values = flag_values(argv, names, kind)
-    return values[-1] if values else None
-
-
-_VLLM_MODEL = ("--model",)
 _VLLM_TOKENIZER = ("--tokenizer",)
 _VLLM_QUANT = ("--quantization", "-q")
 _VLLM_DTYPE = ("--dtype",)
 _VLLM_TP = ("--tensor-parallel-size", "-tp")
 _VLLM_PP = ("--pipeline-parallel-size", "-pp")
 _VLLM_SHUTDOWN = ("--shutdown-timeout",)
-_LLAMA_MODELS = ("-m", "--model", "-md", "--model-draft", "-mm", "--mmproj", "-mmproj", "--lora")
 _LLAMA_SPLIT = ("-sm", "--split-mode")
 _PORT = ("--port",)
-
-
-def _vllm_model(argv: Sequence[str]) -> str | None:
-    explicit = flag_value(argv, _VLLM_MODEL, "vllm")
-    if explicit is not None:
-        return explicit
-    # `vllm serve MODEL ...`: the model is the first positional after the subcommand.
-    for i in range(len(argv) - 2):
-        if (
-            argv[i].rsplit("/", 1)[-1] == "vllm"
-            and argv[i + 1] == "serve"
-            and not argv[i + 2].startswith("-")
-        ):
-            return argv[i + 2]
-    return None
 
 
 def _looks_like_path(value: str) -> bool:
@@ -279,7 +165,7 @@ def backend_port(backend: BackendConfig, argv: Sequence[str]) -> int | None:
     (8000, 8080).  For ``generic`` (and when ``--port`` is not a number): the port of the health URL.
     """
     if backend.kind in DEFAULT_PORTS:
-        given = flag_value(argv, _PORT, backend.kind)
+        given = cmdline.parse(argv, backend.kind).value(_PORT)
         if given is None:
             return DEFAULT_PORTS[backend.kind]
         if given.isdigit():
@@ -392,7 +278,7 @@ def check_backend(
     Args:
         backend: the backend's config (its ``kind`` selects the vLLM/llama-server rules).
         argv: its command as written in the unit (``${VAR}`` may be unexpanded) or as run.
-        env: the unit's ``Environment=`` (see :func:`unit_environment`).
+        env: the unit's ``Environment=`` (see :func:`gpushift.cmdline.environment`).
         facts: the host's GPU facts from the GPU provider.
         unit: systemd's view of the unit, or ``None`` when it could not be read.
         path_exists: tells whether a filesystem path exists (relative paths are resolved against
@@ -416,7 +302,7 @@ def check_backend(
     def add(severity: str, code: str, message: str, hint: str = "") -> None:
         out.append(Finding(severity, code, name, message, hint))
 
-    missing = undefined_variables(argv, env)
+    missing = cmdline.undefined_variables(argv, env)
     if missing:
         add(
             WARNING,
@@ -425,7 +311,7 @@ def check_backend(
             "not set: systemd makes an unset variable empty (unless an EnvironmentFile= sets it)",
             "set it with Environment= in the unit or a drop-in",
         )
-    args = expand_argv(argv, env)
+    args = cmdline.expand(argv, env)
 
     gpus = backend_gpus(backend, env, facts)
     if facts.error is not None:
@@ -478,9 +364,9 @@ def check_backend(
 
 def _model_paths(kind: str, args: Sequence[str]) -> list[str]:
     if kind == "vllm":
-        candidates = [_vllm_model(args), flag_value(args, _VLLM_TOKENIZER, kind)]
+        candidates = [cmdline.vllm_model(args), cmdline.parse(args, kind).value(_VLLM_TOKENIZER)]
         return [c for c in candidates if c and _looks_like_path(c)]
-    return [v for v in flag_values(args, _LLAMA_MODELS, kind) if v]
+    return [v for v in cmdline.parse(args, kind).values(cmdline.MODEL_FILE_FLAGS) if v]
 
 
 def _is_fp8_name(model: str) -> bool:
@@ -499,8 +385,8 @@ def _vllm_rules(
 ) -> list[Finding]:
     out: list[Finding] = []
     oldest = _oldest(gpus) if facts.error is None else None
-    quant = (flag_value(args, _VLLM_QUANT, "vllm") or "").lower()
-    model = _vllm_model(args) or ""
+    quant = (cmdline.parse(args, "vllm").value(_VLLM_QUANT) or "").lower()
+    model = cmdline.vllm_model(args) or ""
 
     if (
         oldest is not None
@@ -535,7 +421,7 @@ def _vllm_rules(
                 )
             )
 
-    dtype = (flag_value(args, _VLLM_DTYPE, "vllm") or "auto").lower()
+    dtype = (cmdline.parse(args, "vllm").value(_VLLM_DTYPE) or "auto").lower()
     if (
         oldest is not None
         and oldest.compute_capability is not None
@@ -559,8 +445,8 @@ def _vllm_rules(
                 )
             )
 
-    tp_s = flag_value(args, _VLLM_TP, "vllm")
-    pp_s = flag_value(args, _VLLM_PP, "vllm")
+    tp_s = cmdline.parse(args, "vllm").value(_VLLM_TP)
+    pp_s = cmdline.parse(args, "vllm").value(_VLLM_PP)
     if facts.error is None and (tp_s or pp_s):
         tp = int(tp_s) if tp_s and tp_s.isdigit() else 1
         pp = int(pp_s) if pp_s and pp_s.isdigit() else 1
@@ -585,7 +471,7 @@ def _llama_rules(
     name: str, args: Sequence[str], backend: BackendConfig, env: Mapping[str, str], facts: HostGpuFacts
 ) -> list[Finding]:
     out: list[Finding] = []
-    split = (flag_value(args, _LLAMA_SPLIT, "llama-server") or "").lower()
+    split = (cmdline.parse(args, "llama-server").value(_LLAMA_SPLIT) or "").lower()
     have = _gpu_count(backend, env, facts)
     if split == "none" and facts.error is None and have > 1:
         out.append(
@@ -729,7 +615,7 @@ def _unit_rules(
             "set a finite TimeoutStopSec= (longer than any --shutdown-timeout)",
         )
     elif backend.kind == "vllm" and unit.timeout_stop_usec > 0:
-        drain = flag_value(args, _VLLM_SHUTDOWN, "vllm")
+        drain = cmdline.parse(args, "vllm").value(_VLLM_SHUTDOWN)
         if drain and drain.isdigit() and unit.timeout_stop_usec <= int(drain) * 1_000_000:
             add(
                 WARNING,
@@ -777,9 +663,13 @@ def check_all(
     """
     resolved = []
     for item in inputs:
-        env = dict(item.env) if item.env is not None else unit_environment(item.unit)
+        env = (
+            dict(item.env)
+            if item.env is not None
+            else cmdline.environment(item.unit.environment if item.unit else ())
+        )
         raw = list(item.argv) if item.argv is not None else list(item.unit.exec_start if item.unit else ())
-        resolved.append((item, env, raw, backend_port(item.backend, expand_argv(raw, env))))
+        resolved.append((item, env, raw, backend_port(item.backend, cmdline.expand(raw, env))))
     out: list[Finding] = []
     for item, env, raw, _port in resolved:
         others = [r for r in resolved if r[0].backend.name != item.backend.name]

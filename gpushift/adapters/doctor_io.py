@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-from .. import doctor
+from .. import cmdline, doctor
 from ..config import Config
 from ..errors import GpushiftError
 from ..model import Holder, HostGpuFacts, UnitState
@@ -46,7 +46,7 @@ def _checkpoint(backend_kind: str, argv: Sequence[str], env: dict[str, str]) -> 
     """For vLLM: the model directory's config.json (dtype, quantization), when it is local."""
     if backend_kind != "vllm":
         return None
-    model = doctor.flag_value(doctor.expand_argv(argv, env), ("--model",), "vllm")
+    model = cmdline.vllm_model(cmdline.expand(argv, env))
     if not model or not os.path.isdir(model):
         return None
     try:
@@ -107,7 +107,7 @@ def run_checks(
             except GpushiftError:
                 st = None
         states[name] = st
-        env = doctor.unit_environment(st)
+        env = cmdline.environment(st.environment if st else ())
         argv = list(st.exec_start) if st else []
         version = versions.get(name)
         if probe_versions and b.version_command:

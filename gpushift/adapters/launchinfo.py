@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import re
 import socket
 import stat
 import time
@@ -24,6 +23,7 @@ from collections.abc import MutableMapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from .. import cmdline, redact
 from ..model import UnitState
 
 #: The key the switcher stores the result under, in ``SwitchRecord.extra``.
@@ -36,17 +36,8 @@ LAUNCH_INFO_FORMAT = 1
 EDGE_BYTES = 16 * 1024 * 1024
 FINGERPRINT_PREFIX = "fp1:"
 
-#: Flags whose value names a model file (llama-server, vLLM).  ``--flag=value`` works too.
-MODEL_FLAGS = ("--model", "-m", "--mmproj", "-mm", "--model-draft", "-md")
-
 #: A model directory (vLLM's Hugging Face layout) is fingerprinted file by file, up to this many.
 MAX_DIR_FILES = 256
-
-# Environment values that look like credentials are kept as a digest only: the ledger is readable
-# by the gpushift group, and a diff still shows that the value changed.
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIALS?)", re.I)
-
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
 def fingerprint_file(path: str, size: int | None = None) -> str:
@@ -76,41 +67,6 @@ def _copy(f: Any, h: Any, n: int) -> None:
             break
         h.update(chunk)
         n -= len(chunk)
-
-
-def model_args(argv: Sequence[str]) -> list[tuple[str, str]]:
-    """``(flag, value)`` for every model file the argv names.
-
-    ``python -m MODULE`` is the interpreter's ``-m``, not llama's; ``vllm serve MODEL`` names the
-    model as the word after ``serve``.
-    """
-    out: list[tuple[str, str]] = []
-    i = 1
-    if argv and _PYTHON.match(os.path.basename(argv[0])):
-        # Skip the interpreter's own options up to and including "-m MODULE" or the script.
-        while i < len(argv):
-            tok = argv[i]
-            if tok == "-m":
-                i += 2
-                break
-            if not tok.startswith("-"):
-                i += 1
-                break
-            i += 1
-    while i < len(argv):
-        tok = argv[i]
-        if tok.startswith("--") and "=" in tok:
-            name, value = tok.split("=", 1)
-            if name in MODEL_FLAGS and value:
-                out.append((name, value))
-        elif tok in MODEL_FLAGS and i + 1 < len(argv):
-            out.append((tok, argv[i + 1]))
-            i += 1
-        elif tok == "serve" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            out.append(("serve", argv[i + 1]))
-            i += 1
-        i += 1
-    return out
 
 
 def _mtime_iso(st: os.stat_result) -> str:
@@ -213,8 +169,10 @@ def parse_environment(entries: Sequence[str]) -> tuple[dict[str, str], list[str]
         key, sep, value = item.partition("=")
         if not sep:
             continue
-        if _SECRET_NAME.search(key):
-            value = "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16] + " (redacted)"
+        if redact.is_secret_name(key):
+            # kept as a digest: the ledger is readable by the gpushift group, and a diff still
+            # shows that the value changed
+            value = redact.digest(value)
             redacted.append(key)
         env[key] = value
     return env, redacted
@@ -258,7 +216,8 @@ def collect_launch_info(
         drop_ins.append({"path": p, "sha256": sha, "error": err})
     env, redacted = parse_environment(unit_state.environment)
     models = [
-        describe_model(flag, value, unit_state.working_directory, cache) for flag, value in model_args(argv)
+        describe_model(flag, value, unit_state.working_directory, cache)
+        for flag, value in cmdline.model_files(argv)
     ]
     return {
         "format": LAUNCH_INFO_FORMAT,

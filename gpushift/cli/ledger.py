@@ -12,7 +12,6 @@ adapter are imported inside the commands.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,6 +19,9 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from .. import cmdline
+from ..redact import redact_argv
 
 if TYPE_CHECKING:
     from ..adapters.ledger import SqliteLedger
@@ -30,9 +32,6 @@ OUTCOMES = ("pending", "ok", "failed", "rolled_back", "refused", "interrupted", 
 
 #: Outcomes whose row did not launch the target (nothing to compare in ``diff``).
 _NOT_A_LAUNCH = ("refused", "pending")
-
-_SECRET_FLAG = re.compile(r"(api[-_]?key|token|password|passwd|secret)", re.I)
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
 # --------------------------------------------------------------------------- plumbing
@@ -125,46 +124,9 @@ def _short(h: Any, n: int = 12) -> str:
     return str(h)[:n] if h else "-"
 
 
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The argv with the values of credential flags (``--api-key``, ``--hf-token``…) hidden."""
-    out: list[str] = []
-    hide_next = False
-    for tok in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        if tok.startswith("-"):
-            name, eq, _value = tok.partition("=")
-            if _SECRET_FLAG.search(name):
-                if eq:
-                    out.append(f"{name}=***")
-                    continue
-                hide_next = True
-        out.append(tok)
-    return out
-
-
-def _quote(tok: str) -> str:
-    if tok and re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", tok):
-        return tok
-    return "'" + tok.replace("'", "'\"'\"'") + "'"
-
-
 def command_line(argv: Sequence[str], wrap: bool = False) -> str:
-    """A shell-quoted command; ``wrap`` puts each flag on its own continued line."""
-    toks = [_quote(t) for t in redact_argv(argv)]
-    if not wrap:
-        return " ".join(toks)
-    lines: list[str] = []
-    for t in toks:
-        if lines and t.startswith("-"):
-            lines.append(t)
-        elif lines:
-            lines[-1] += " " + t
-        else:
-            lines.append(t)
-    return " \\\n  ".join(lines)
+    """The command a person reads: credentials masked, shell-quoted."""
+    return cmdline.join(redact_argv(argv), wrap)
 
 
 def _sim(rec: SwitchRecord) -> str:
@@ -236,42 +198,6 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
 # --------------------------------------------------------------------------- diff
 
 
-def parse_argv(argv: Sequence[str]) -> tuple[str, list[str], dict[str, list[str | None]]]:
-    """(program, positional arguments, flag → values).
-
-    ``--flag=value`` and ``--flag value`` are the same; a flag followed by another flag (or
-    nothing) has the value ``None``; ``python -m MODULE`` counts as the program.
-    """
-    if not argv:
-        return "", [], {}
-    program = argv[0]
-    i = 1
-    if _PYTHON.match(os.path.basename(argv[0])) and len(argv) > 2 and argv[1] == "-m":
-        program = f"{argv[0]} -m {argv[2]}"
-        i = 3
-    positional: list[str] = []
-    flags: dict[str, list[str | None]] = {}
-
-    def is_flag(tok: str) -> bool:
-        return tok.startswith("-") and len(tok) > 1 and not re.fullmatch(r"-\d+(\.\d+)?", tok)
-
-    while i < len(argv):
-        tok = argv[i]
-        if is_flag(tok):
-            if tok.startswith("--") and "=" in tok:
-                name, value = tok.split("=", 1)
-                flags.setdefault(name, []).append(value)
-            elif i + 1 < len(argv) and not is_flag(argv[i + 1]):
-                flags.setdefault(tok, []).append(argv[i + 1])
-                i += 1
-            else:
-                flags.setdefault(tok, []).append(None)
-        else:
-            positional.append(tok)
-        i += 1
-    return program, positional, flags
-
-
 def _flag_text(values: list[str | None]) -> str | None:
     shown = [v for v in values if v is not None]
     if not shown:
@@ -328,8 +254,9 @@ def diff_records(old: SwitchRecord, new: SwitchRecord) -> list[dict[str, Any]]:
     def add(area: str, change: str, name: str, o: Any, n: Any) -> None:
         out.append({"area": area, "change": change, "name": name, "old": o, "new": n})
 
-    pa, posa, fa = parse_argv(redact_argv(a["argv"]))
-    pb, posb, fb = parse_argv(redact_argv(b["argv"]))
+    ca, cb = cmdline.parse(redact_argv(a["argv"])), cmdline.parse(redact_argv(b["argv"]))
+    pa, posa, fa = ca.program, list(ca.positional), ca.flags()
+    pb, posb, fb = cb.program, list(cb.positional), cb.flags()
     if pa != pb:
         add("program", "changed", "program", pa, pb)
     if posa != posb:

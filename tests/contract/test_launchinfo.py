@@ -20,7 +20,6 @@ from gpushift.adapters.launchinfo import (
     EDGE_BYTES,
     collect_launch_info,
     fingerprint_file,
-    model_args,
 )
 from gpushift.model import UnitState
 
@@ -109,32 +108,6 @@ def test_launchinfo_small_file_is_hashed_whole(tmp_path: Path) -> None:
     base = fingerprint_file(str(f))
     poke(f, 1_500_000)  # the middle of a small file is inside the edges
     assert fingerprint_file(str(f)) != base
-
-
-# --------------------------------------------------------------------------- argv
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["llama-server", "-m", "/m/q.gguf", "-ngl", "99"], [("-m", "/m/q.gguf")]),
-        (
-            ["llama-server", "--model=/m/q.gguf", "--mmproj", "/m/p.gguf"],
-            [("--model", "/m/q.gguf"), ("--mmproj", "/m/p.gguf")],
-        ),
-        (["llama-server", "-m", "a.gguf", "-mm", "b.gguf"], [("-m", "a.gguf"), ("-mm", "b.gguf")]),
-        # python's own -m names a module, not a model
-        (
-            ["/opt/v/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m/Qwen"],
-            [("--model", "/m/Qwen")],
-        ),
-        (["/opt/v/bin/python3.11", "-u", "-m", "mod", "-m", "/m/x.gguf"], [("-m", "/m/x.gguf")]),
-        (["vllm", "serve", "/m/Qwen", "--dtype", "float16"], [("serve", "/m/Qwen")]),
-        (["llama-server", "-ngl", "99"], []),
-    ],
-)
-def test_launchinfo_model_args_forms(argv: list[str], expected: list[tuple[str, str]]) -> None:
-    assert model_args(argv) == expected
 
 
 # --------------------------------------------------------------------------- the whole description

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gpushift.adapters.ledger import SPOOL_SUBDIR, SqliteLedger
-from gpushift.cli.ledger import diff_records, ledger, parse_argv, parse_since
+from gpushift.cli.ledger import diff_records, ledger, parse_since
 from gpushift.model import SwitchRecord
 
 T0 = datetime(2025, 3, 1, 8, 0, tzinfo=timezone.utc)
@@ -412,14 +412,6 @@ def test_ledger_diff_of_identical_launches_is_empty(env: dict[str, Any]) -> None
     assert a is not None and b is not None
     assert diff_records(a, b) == []
     assert "no change" in cli(env, "diff", "1", "3").output
-
-
-def test_ledger_parse_argv_forms() -> None:
-    prog, pos, flags = parse_argv(
-        ["python3", "-m", "vllm.x", "serve", "--a=1", "--b", "2", "--flag", "-c", "-5"]
-    )
-    assert prog == "python3 -m vllm.x" and pos == ["serve"]
-    assert flags == {"--a": ["1"], "--b": ["2"], "--flag": [None], "-c": ["-5"]}
 
 
 def test_ledger_parse_since_forms() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpushift import doctor
+from gpushift import cmdline, doctor
 from gpushift.config import BackendConfig
 from gpushift.doctor import (
     BackendInput,
@@ -22,10 +22,7 @@ from gpushift.doctor import (
     check_all,
     check_backend,
     checkpoint_facts_from_config,
-    expand_argv,
-    flag_value,
     has_errors,
-    undefined_variables,
     version_matches,
 )
 from gpushift.model import GpuInfo, Holder, HostGpuFacts, UnitState
@@ -540,37 +537,9 @@ def test_doctor_unknown_unit_skips_unit_rules() -> None:
 # --- environment expansion and flag parsing ------------------------------------------------------
 
 
-def test_expand_argv_follows_systemd_rules() -> None:
-    env = {"MODEL": "/models/a b", "ARGS": "--dtype float16  -tp 2", "PORT": "8000"}
-    argv = [
-        "/bin/x",
-        "--model",
-        "${MODEL}",
-        "$ARGS",
-        "--port=${PORT}",
-        "$$HOME",
-        "${UNSET}",
-        "$UNSET",
-        "a$ARGS",
-    ]
-    assert expand_argv(argv, env) == [
-        "/bin/x",
-        "--model",
-        "/models/a b",  # ${VAR}: one word, whitespace kept
-        "--dtype",  # $VAR as a word: split at whitespace
-        "float16",
-        "-tp",
-        "2",
-        "--port=8000",
-        "$HOME",  # $$ is a literal $
-        "",  # ${UNSET}: an empty word
-        "a$ARGS",  # $VAR inside a word is not expanded
-    ]
-
-
 def test_doctor_undefined_variable_warns_and_flags_still_parse() -> None:
     argv = _set(VLLM_SEED, "--tensor-parallel-size", "${TP}")
-    assert undefined_variables(argv, {}) == ["TP"]
+    assert cmdline.undefined_variables(argv, {}) == ["TP"]
     f = _only(_check(_vllm(), argv), doctor.ENV_UNDEFINED)
     assert "$TP" in f.message and f.severity == "warning"
     assert doctor.TENSOR_PARALLEL_TOO_LARGE in _codes(_check(_vllm(), argv, env={"TP": "4"}))
@@ -593,14 +562,6 @@ def test_doctor_check_all_reads_argv_and_environment_from_the_unit() -> None:
         [BackendInput(_vllm(), unit)], V100X2, path_exists=lambda p: p == "/models/Qwen-7B-FP8"
     )
     assert _codes(findings) == [doctor.FP8_UNSUPPORTED]
-
-
-def test_flag_value_forms_and_last_wins() -> None:
-    argv = ["prog", "--dtype", "bfloat16", "--port=1", "--dtype=float16", "--trailing"]
-    assert flag_value(argv, ["--dtype"]) == "float16"
-    assert flag_value(argv, ["--port"]) == "1"
-    assert flag_value(argv, ["--trailing"]) is None
-    assert flag_value(["--dtype", "x"], ["--dtype"]) is None  # argv[0] is the program
 
 
 # --- facts missing, JSON shape -------------------------------------------------------------------
