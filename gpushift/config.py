@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .model import OFF
+from .model import OFF, BackendKind
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,7 +25,7 @@ else:  # Python 3.10 (Ubuntu 22.04, the seeds' host)
 DEFAULT_CONFIG_PATH = "/etc/gpushift/gpushift.toml"
 ENV_CONFIG = "GPUSHIFT_CONFIG"
 
-BACKEND_KINDS = ("generic", "vllm", "llama-server")
+BACKEND_KINDS = tuple(k.value for k in BackendKind)
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class BackendConfig:
     name: str
     unit: str
     health_url: str
-    kind: str = "generic"
+    kind: BackendKind = BackendKind.GENERIC
     version_url: str | None = None
     version_command: tuple[str, ...] | None = None
     metrics_url: str | None = None
@@ -316,16 +316,16 @@ class _Reader:
             if len(set(gpus_raw)) != len(gpus_raw):
                 raise self.err(f"{where}.gpus", f"a GPU is listed twice in {gpus_raw!r}")
             gpus = tuple(gpus_raw)
-        kind = self.string(d, where, "kind", "generic", BACKEND_KINDS)
+        kind = BackendKind(self.string(d, where, "kind", "generic", BACKEND_KINDS))
         health_url = self.url(d, where, "health_url", required=True) or ""
         version_url = self.url(d, where, "version_url")
         metrics_url = self.url(d, where, "metrics_url")
         # A kind brings the endpoints its server always has, where the config names none.
         origin = _origin(health_url)
-        if kind == "vllm":
+        if kind is BackendKind.VLLM:
             version_url = version_url or (None if version_command else origin + "/version")
             metrics_url = metrics_url or origin + "/metrics"
-        elif kind == "llama-server":
+        elif kind is BackendKind.LLAMA_SERVER:
             # /props carries build_info; /slots tells per slot whether it is processing.
             version_url = version_url or (None if version_command else origin + "/props")
             metrics_url = metrics_url or origin + "/slots"

@@ -22,9 +22,9 @@ from typing import Any
 from . import __version__, wiring
 from . import config as config_mod
 from .errors import ConfigError, GpushiftError
-from .model import Caller, Trigger
+from .model import Caller, EventKind, Trigger
 from .schedule import Schedule
-from .switcher import Event, Switcher
+from .switch import Event, Switcher
 
 
 def load_schedule_of(config: config_mod.Config) -> Schedule | None:
@@ -103,8 +103,8 @@ class Daemon:
 
     def build(self) -> None:
         self.components = wiring.build(self.config, log=self.log)
-        c = self.components
-        interrupted = c.ledger.mark_interrupted(datetime.now(timezone.utc))
+        ports = self.components.ports
+        interrupted = ports.ledger.mark_interrupted(datetime.now(timezone.utc))
         for row_id in interrupted:
             self.log.warning(
                 "switch_interrupted",
@@ -113,20 +113,11 @@ class Daemon:
             )
         from .adapters.doctor_io import HostDoctor
 
+        ports.doctor = HostDoctor(ports.units, ports.gpu, ports.ledger)
         self.switcher = Switcher(
-            self.config,
-            c.units,
-            c.gpu,
-            c.probe,
-            c.ledger,
-            c.host,
-            c.clock,
-            listener=self._on_event,
-            log=self.log,
-            version=__version__,
-            doctor=HostDoctor(c.units, c.gpu, c.ledger),
+            self.config, ports, listener=self._on_event, log=self.log, version=__version__
         )
-        if c.gpu.simulated:
+        if ports.gpu.simulated:
             self.log.warning("gpu_simulated", detail="GPU provider is SIMULATED: no real VRAM is measured")
         from .adapters.overrides import JsonOverrideStore
         from .keeper import Keeper
@@ -135,8 +126,8 @@ class Daemon:
             self.switcher,
             self.schedule,
             JsonOverrideStore(os.path.join(self.config.daemon.state_dir, "override.json"), log=self.log),
-            now=c.clock.now,
-            monotonic=c.clock.monotonic,
+            now=ports.clock.now,
+            monotonic=ports.clock.monotonic,
             log=self.log,
             max_attempts=self.config.daemon.max_attempts,
             retry_after_s=self.config.daemon.retry_after_s,
@@ -154,7 +145,7 @@ class Daemon:
             "started_at": self.started_at.isoformat(),
             "config": self.config_path,
             "bus": self.config.daemon.bus,
-            "switch": cur.to_dict(self.components.clock.monotonic()) if cur else None,
+            "switch": cur.progress(self.components.ports.clock.monotonic()) if cur else None,
             "reload_error": self.reload_error,
             "reloaded_at": self.reloaded_at.isoformat() if self.reloaded_at else None,
         }
@@ -215,19 +206,19 @@ class Daemon:
             svc = self._service
             if svc is None:
                 return False
-            if ev.kind == "progress":
-                svc.Progress(ev.ticket, ev.phase, ev.detail)
+            if ev.result is None:
+                svc.Progress(ev.ticket, ev.phase.value, ev.detail)
             else:
-                svc.Finished(ev.ticket, ev.ok, json.dumps(ev.result, default=str))
+                svc.Finished(ev.ticket, ev.ok, json.dumps(ev.result.to_dict(), default=str))
                 if not ev.ok and ev.ticket in self._manual_tickets:
-                    self.keeper.manual_failed(str(ev.result.get("to")))
+                    self.keeper.manual_failed(ev.result.to_backend)
                 self._manual_tickets.discard(ev.ticket)
                 self._update_status_line()
                 self._tick(Trigger.RECONCILE)
             return False
 
         GLib.idle_add(emit)
-        if ev.kind == "progress":
+        if ev.kind is EventKind.PROGRESS:
             self.notify.status(f"switching: {ev.phase} {ev.detail}"[:200])
 
     def _update_status_line(self) -> None:
@@ -266,6 +257,7 @@ class Daemon:
         self.switcher.reconfigure(new)
         self.schedule = new_schedule
         self.keeper.set_schedule(new_schedule)
+        self.keeper.configure(new.daemon.max_attempts, new.daemon.retry_after_s)
         self.reload_error = None
         self.reloaded_at = datetime.now(timezone.utc)
         self.log.info("reloaded", why=why, config=self.config_path)
@@ -277,17 +269,16 @@ class Daemon:
 
     def _watchdog(self) -> bool:
         """Runs on the loop thread (so the loop is alive); also proves the switch worker is."""
-        cur = self.switcher.current()
-        if cur is not None:
-            t = self.switcher._thread
-            age = self.components.clock.monotonic() - self.switcher.heartbeat
+        health = self.switcher.worker_health()
+        if health is not None:
+            alive, age = health
             # A worker blocked in a systemd job does not beat: allow the longest job it may wait on.
             longest = max(
                 [self.config.daemon.stop_timeout_s, self.config.gpu.release_timeout_s]
                 + [max(b.start_timeout_s, b.drain_timeout_s) for b in self.config.backends.values()]
             )
             limit = longest + 60
-            if t is None or not t.is_alive() or age > limit:
+            if not alive or age > limit:
                 self.log.error("watchdog_withheld", detail=f"switch worker silent for {age:.0f}s")
                 return True
         self.notify.watchdog()
@@ -406,7 +397,7 @@ class Daemon:
 
     def _flush_ledger(self) -> None:
         """A degraded ledger (disk full, locked) retries its pending spool here."""
-        ledger = self.components.ledger
+        ledger = self.components.ports.ledger
         try:
             if ledger.health().get("pending"):
                 n = ledger.flush_pending()  # type: ignore[attr-defined]

@@ -15,7 +15,24 @@ from typing import Any
 OFF = "off"
 
 
-class Phase(str, enum.Enum):
+class StrEnum(str, enum.Enum):
+    """An enum whose members are their string values everywhere: JSON, SQLite, f-strings.
+
+    (``enum.StrEnum`` arrived in Python 3.11; 3.10 is supported, and a plain ``str`` mixin formats
+    as ``Class.MEMBER`` in f-strings on 3.12.)
+    """
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+# Every enum of the project lives here, in one list: later features extend these, never a copy.
+
+
+class Phase(StrEnum):
     """The phases of one switch, in the order they run (rollback repeats some)."""
 
     PREFLIGHT = "preflight"
@@ -30,7 +47,7 @@ class Phase(str, enum.Enum):
     DONE = "done"
 
 
-class Outcome(str, enum.Enum):
+class Outcome(StrEnum):
     """How a switch attempt ended (the ledger's ``outcome`` column)."""
 
     PENDING = "pending"  # intent written, not finished yet
@@ -42,8 +59,9 @@ class Outcome(str, enum.Enum):
     CANCELLED = "cancelled"  # a person aborted it (gpushift cancel)
 
 
-class Trigger(str, enum.Enum):
-    """What asked for a switch."""
+class Trigger(StrEnum):
+    """What asked for a switch.  A free-form name (a person, a calendar exception) goes in a field
+    of its own, never in here."""
 
     MANUAL = "manual"
     SCHEDULE = "schedule"
@@ -52,7 +70,38 @@ class Trigger(str, enum.Enum):
     ROLLBACK = "rollback"
 
 
-class GateState(str, enum.Enum):
+class Mode(StrEnum):
+    """Who decides what runs: the schedule, or a person's choice that the schedule waits for."""
+
+    SCHEDULE = "schedule"
+    OVERRIDE = "override"  # a person's (or systemctl's) choice until a time, usually the next boundary
+    HOLD = "hold"  # a person's choice until `gpushift resume`
+    MANUAL = "manual"  # no schedule configured: gpushift switches only when asked
+
+
+class OverrideSource(StrEnum):
+    """Where an override came from."""
+
+    MANUAL = "manual"  # gpushift switch
+    EXTERNAL = "external"  # a unit started or stopped with systemctl
+
+
+class BackendKind(StrEnum):
+    """What a backend's server is: the kind brings its endpoints, drain probe and doctor rules."""
+
+    GENERIC = "generic"
+    VLLM = "vllm"
+    LLAMA_SERVER = "llama-server"
+
+
+class EventKind(StrEnum):
+    """What a switch listener hears: a phase's progress, or the end."""
+
+    PROGRESS = "progress"
+    FINISHED = "finished"
+
+
+class GateState(StrEnum):
     """What one GPU reading says about the VRAM gate."""
 
     RELEASED = "released"

@@ -6,7 +6,8 @@ a :class:`gpushift.errors.GpushiftError`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -116,3 +117,21 @@ class Host(Protocol):
     def launch_info(self, unit: UnitState, argv: Sequence[str]) -> dict[str, Any]:
         """Unit file and drop-in hashes, environment, model file fingerprints, host facts."""
         ...
+
+
+#: The preflight doctor: (config, target, GPU facts) → findings (``gpushift check``'s rules).  The
+#: config is an L2 type, which this L1 module does not import.
+Doctor = Callable[[Any, str, HostGpuFacts], Sequence[Any]]
+
+
+@dataclass
+class Ports:
+    """Everything a switch talks through: the real adapters (built by ``wiring``) or test fakes."""
+
+    units: UnitControl
+    gpu: GpuProbe
+    probe: BackendProbe
+    ledger: Ledger
+    host: Host
+    clock: Clock
+    doctor: Doctor | None = None

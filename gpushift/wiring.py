@@ -14,18 +14,13 @@ from . import __version__
 from .config import Config
 from .errors import GpushiftError, SystemdError
 from .model import OFF, GateState, Outcome
-from .ports import BackendProbe, Clock, GpuProbe, Host, Ledger, UnitControl
+from .ports import GpuProbe, Ledger, Ports, UnitControl
 
 
 @dataclass
 class Components:
     config: Config
-    units: UnitControl
-    gpu: GpuProbe
-    probe: BackendProbe
-    ledger: Ledger
-    host: Host
-    clock: Clock
+    ports: Ports
     bus: Any = None
 
 
@@ -91,16 +86,15 @@ def build(
         if not tolerate_no_bus:
             raise
         units = UnreachableUnits(f"systemd not reachable: {e}")
-    return Components(
-        config=config,
+    ports = Ports(
         units=units,
         gpu=make_gpu(config),
         probe=HttpBackendProbe(),
         ledger=make_ledger(config, log, readonly_ledger),
         host=ProcHost(),
         clock=SystemClock(),
-        bus=bus,
     )
+    return Components(config=config, ports=ports, bus=bus)
 
 
 def _since(ledger: Ledger, active: str) -> str | None:
@@ -128,7 +122,7 @@ def status_report(c: Components, daemon: dict[str, Any], health_timeout_s: float
     for name, b in cfg.backends.items():
         entry: dict[str, Any] = {"unit": b.unit, "kind": b.kind, "gpus": list(b.gpus) if b.gpus else "all"}
         try:
-            st = c.units.state(b.unit)
+            st = c.ports.units.state(b.unit)
             entry.update(
                 load_state=st.load_state,
                 active_state=st.active_state,
@@ -138,7 +132,7 @@ def status_report(c: Components, daemon: dict[str, Any], health_timeout_s: float
             )
             if st.running:
                 running.append(name)
-                h = c.probe.health(b.health_url, health_timeout_s)
+                h = c.ports.probe.health(b.health_url, health_timeout_s)
                 entry["health"] = {"ok": h.ok, "status": h.status, "detail": h.detail[:120]}
             else:
                 entry["health"] = None
@@ -147,11 +141,11 @@ def status_report(c: Components, daemon: dict[str, Any], health_timeout_s: float
         backends[name] = entry
     gpus: list[dict[str, Any]] = []
     try:
-        for r in c.gpu.read(None):
+        for r in c.ports.gpu.read(None):
             d = r.to_dict()
             d["state"] = r.state(cfg.gpu.residual_mib).value
-            d["simulated"] = c.gpu.simulated
-            if c.gpu.simulated:
+            d["simulated"] = c.ports.gpu.simulated
+            if c.ports.gpu.simulated:
                 d["name"] = d["name"] if "SIMULATED" in d["name"] else f"SIMULATED {d['name']}"
             gpus.append(d)
     except Exception as e:
@@ -159,12 +153,12 @@ def status_report(c: Components, daemon: dict[str, Any], health_timeout_s: float
     last: dict[str, Any] | None = None
     ledger_health: dict[str, Any]
     try:
-        rec = c.ledger.last()
+        rec = c.ports.ledger.last()
         last = rec.to_dict() if rec else None
         if last:
             for k in ("vram", "gpu_facts", "extra"):
                 last.pop(k, None)
-        ledger_health = c.ledger.health()
+        ledger_health = c.ports.ledger.health()
     except Exception as e:
         ledger_health = {"state": "unreadable", "error": repr(e)}
     active: str | None
@@ -179,10 +173,10 @@ def status_report(c: Components, daemon: dict[str, Any], health_timeout_s: float
         "daemon": daemon,
         "active": active,
         "running": running,
-        "since": _since(c.ledger, active) if active and active != OFF else None,
+        "since": _since(c.ports.ledger, active) if active and active != OFF else None,
         "backends": backends,
         "gpus": gpus,
-        "simulated": c.gpu.simulated,
+        "simulated": c.ports.gpu.simulated,
         "last_switch": last,
         "ledger": ledger_health,
         "version": __version__,

@@ -17,7 +17,8 @@ from typing import Any
 from gpushift.adapters.host import ProcHost, SystemClock
 from gpushift.config import parse
 from gpushift.model import Caller, Health, JobResult, SwitchRecord, UnitState, VersionInfo
-from gpushift.switcher import Switcher
+from gpushift.ports import Ports
+from gpushift.switch import Switcher, SwitchResult
 
 HOLD = r"""
 import os, sys, time, torch
@@ -158,19 +159,14 @@ health_url = "http://127.0.0.1:1/b"
 gpus = [{gpu.index}]
 """)
     units = ProcessUnits(procs, gpu, specs)
-    sw = Switcher(
-        cfg,
-        units,
-        probe,
-        RunningIsHealthy(units, {"http://127.0.0.1:1/a": "a.service", "http://127.0.0.1:1/b": "b.service"}),
-        ListLedger(),
-        ProcHost(),
-        SystemClock(),
+    health = RunningIsHealthy(
+        units, {"http://127.0.0.1:1/a": "a.service", "http://127.0.0.1:1/b": "b.service"}
     )
+    sw = Switcher(cfg, Ports(units, probe, health, ListLedger(), ProcHost(), SystemClock()))
     return sw, units
 
 
-def switch(sw: Switcher, target: str) -> dict[str, Any]:
+def switch(sw: Switcher, target: str) -> SwitchResult:
     ticket = sw.request(target, "gpu test", Caller(uid=os.getuid(), user="gpu-test"))
     sw.wait(300)
     result = sw.result(ticket)
@@ -180,10 +176,10 @@ def switch(sw: Switcher, target: str) -> dict[str, Any]:
 
 def test_real_gpu_switch_waits_for_vram_then_starts(probe, idle_gpu, cuda_procs):
     sw, units = make(probe, idle_gpu, cuda_procs, {"a.service": (4.0, "plain"), "b.service": (2.0, "plain")})
-    assert switch(sw, "a")["ok"]
+    assert switch(sw, "a").ok
     res = switch(sw, "b")
-    assert res["ok"], res
-    rec = sw.ledger.last()
+    assert res.ok, res
+    rec = sw.ports.ledger.last()
     released = rec.vram["released"][0]
     assert released["used_mib"] <= 256, released
     ready = rec.vram["ready"][0]
@@ -195,11 +191,11 @@ def test_real_gpu_switch_waits_for_vram_then_starts(probe, idle_gpu, cuda_procs)
 
 def test_real_gpu_orphan_keeps_gate_closed_and_nothing_starts(probe, idle_gpu, cuda_procs):
     sw, units = make(probe, idle_gpu, cuda_procs, {"a.service": (3.0, "orphan"), "b.service": (2.0, "plain")})
-    assert switch(sw, "a")["ok"]
+    assert switch(sw, "a").ok
     res = switch(sw, "b")
-    assert not res["ok"] and res["outcome"] == "failed" and res["failed_phase"] == "release"
+    assert not res.ok and res.outcome == "failed" and res.failed_phase == "release"
     child = units.orphans[0]
-    assert f"pid {child}" in res["message"] and "rollback to a impossible" in res["message"]
+    assert f"pid {child}" in res.message and "rollback to a impossible" in res.message
     assert ("start", "b.service") not in units.calls
     os.kill(child, signal.SIGKILL)
     assert cuda_procs.wait_until(lambda: probe.read([idle_gpu.index])[0].state(256).value == "released", 15)
@@ -207,10 +203,10 @@ def test_real_gpu_orphan_keeps_gate_closed_and_nothing_starts(probe, idle_gpu, c
 
 def test_real_gpu_foreign_holder_refuses_before_stopping(probe, idle_gpu, cuda_procs):
     sw, units = make(probe, idle_gpu, cuda_procs, {"a.service": (2.0, "plain"), "b.service": (2.0, "plain")})
-    assert switch(sw, "a")["ok"]
+    assert switch(sw, "a").ok
     foreign = cuda_procs.start(HOLD, idle_gpu, ["1.5", "plain"])
     assert cuda_procs.readline(foreign) == "ready"
     res = switch(sw, "b")
-    assert res["outcome"] == "refused" and f"pid {foreign.pid}" in res["message"], res
+    assert res.outcome == "refused" and f"pid {foreign.pid}" in res.message, res
     assert units.calls == [("start", "a.service")]  # a was never stopped
-    assert sw.ledger.last().outcome == "refused"
+    assert sw.ports.ledger.last().outcome == "refused"

@@ -34,7 +34,8 @@ from gpushift.model import (
     UnitState,
     VersionInfo,
 )
-from gpushift.switcher import Event, Switcher
+from gpushift.ports import Ports
+from gpushift.switch import Event, Switcher, SwitchResult
 
 # --------------------------------------------------------------------------- shared timeline
 
@@ -773,17 +774,8 @@ class World:
             self.probe.set_health(self.config.backends[name].health_url, ok_after=0, unit=unit)
         self.events: list[Event] = []
         self._events_lock = threading.Lock()
-        self.switcher = Switcher(
-            self.config,
-            self.units,
-            self.gpu,
-            self.probe,
-            self.ledger,
-            self.host,
-            self.clock,
-            listener=self._listen,
-            version="0.0.0-test",
-        )
+        self.ports = Ports(self.units, self.gpu, self.probe, self.ledger, self.host, self.clock)
+        self.switcher = Switcher(self.config, self.ports, listener=self._listen, version="0.0.0-test")
 
     # --- helpers
 
@@ -822,24 +814,22 @@ class World:
             target, reason, Caller(uid=1000, user=user, pid=77), Trigger.MANUAL, skip_drain=skip_drain
         )
 
-    def wait(self, ticket: str, timeout_s: float = 20.0) -> dict[str, Any]:
+    def wait(self, ticket: str, timeout_s: float = 20.0) -> SwitchResult:
         """Wait for the worker and return the result of the one ``finished`` event of ``ticket``."""
-        self.switcher.wait(timeout_s)
-        t = self.switcher._thread
-        if t is not None and t.is_alive():
+        if not self.switcher.wait(timeout_s):
             raise AssertionError(f"switch {ticket} still running after {timeout_s}s (real time)")
         finished = [e for e in self.events_of(ticket) if e.kind == "finished"]
         if len(finished) != 1:
             raise AssertionError(f"expected one finished event for {ticket}, got {len(finished)}")
         return finished[0].result
 
-    def switch(self, target: str, **kw: Any) -> dict[str, Any]:
+    def switch(self, target: str, **kw: Any) -> SwitchResult:
         """Run one switch synchronously (request + wait) and return its Finished result."""
         return self.wait(self.request(target, **kw))
 
-    def record(self, result: dict[str, Any]) -> SwitchRecord:
+    def record(self, result: SwitchResult) -> SwitchRecord:
         """The ledger row of a finished switch."""
-        row_id = result.get("ledger_id")
+        row_id = result.ledger_id
         if row_id is None or row_id not in self.ledger.rows:
             raise AssertionError(f"no ledger row for {result!r}")
         return self.ledger.rows[row_id]

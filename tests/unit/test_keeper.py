@@ -27,7 +27,7 @@ from gpushift.errors import GpushiftError
 from gpushift.keeper import Keeper, Override, OverrideStore
 from gpushift.model import OFF, Caller, Outcome, SwitchRecord, Trigger
 from gpushift.schedule import Schedule, parse_schedule
-from gpushift.switcher import Switcher
+from gpushift.switch import Switcher
 
 UTC = timezone.utc
 ALICE = Caller(uid=1000, user="alice", pid=77)
@@ -147,17 +147,7 @@ class Rig:
     def restart(self) -> Keeper:
         """The daemon restarts: a new Switcher (knowing nothing) and a new Keeper on the same store."""
         w = self.world
-        w.switcher = Switcher(
-            w.config,
-            w.units,
-            w.gpu,
-            w.probe,
-            w.ledger,
-            w.host,
-            w.clock,
-            listener=w._listen,
-            version="0.0.0-test",
-        )
+        w.switcher = Switcher(w.config, w.ports, listener=w._listen, version="0.0.0-test")
         self._spy(w.switcher)
         self.keeper = self._keeper()
         return self.keeper
@@ -173,16 +163,14 @@ class Rig:
         return self.tick(trigger)
 
     def settle(self) -> None:
-        self.world.switcher.wait(20)
-        t = self.world.switcher._thread
-        assert t is None or not t.is_alive(), "a switch is still running after 20 s (real time)"
+        assert self.world.switcher.wait(20), "a switch is still running after 20 s (real time)"
 
     def manual(
         self, backend: str, hold: bool = False, until: datetime | None = None, reason: str = "by hand"
     ) -> Override:
         """``gpushift switch`` as the daemon does it: the switch is asked for, then the override kept."""
         res = self.world.switch(backend, reason=reason, user="alice")
-        assert res["ok"], res
+        assert res.ok, res
         return self.keeper.manual(backend, ALICE, hold, until, reason)
 
     def keeper_requests(self) -> list[tuple[str, str]]:

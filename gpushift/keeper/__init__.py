@@ -1,0 +1,20 @@
+"""L3: the keeper — the schedule, people's overrides and changes behind gpushift's back.
+
+``decide`` (the pure decision: snapshot → actions) · ``override`` (a person's choice and its
+store) · ``keeper`` (takes snapshots, executes the decisions through the switcher).
+"""
+
+from .decide import Attempts, Decision, Snapshot, decide
+from .keeper import Keeper, SwitchControl
+from .override import Override, OverrideStore
+
+__all__ = [
+    "Attempts",
+    "Decision",
+    "Keeper",
+    "Override",
+    "OverrideStore",
+    "Snapshot",
+    "SwitchControl",
+    "decide",
+]

@@ -1,0 +1,262 @@
+"""L3: the keeper — obeys the schedule, yields to people, never fights them.
+
+The keeper decides; the switcher acts.  Every decision is a call of :meth:`Keeper.tick` with the
+time now: at daemon start, every ``reconcile_interval_s``, at each schedule boundary, after a
+wall-clock jump, after a reload, after ``resume``.  A tick takes a :class:`~.decide.Snapshot`
+through the narrow :class:`SwitchControl` interface, hands it to the pure :func:`~.decide.decide`,
+and executes the actions it returns.  The mode survives restarts through an :class:`OverrideStore`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Protocol
+
+from ..errors import GpushiftError, SwitchInProgress
+from ..model import OFF, Caller, EventKind, Mode, Trigger, UnitState
+from ..schedule import Schedule
+from ..switch import Event, SwitchResult
+from .decide import Adopt, Attempts, Log, RecordExternal, SetOverride, Snapshot, Switch, after_result, decide
+from .override import Override, OverrideStore, after_failed_manual, manual_override
+
+
+class SwitchControl(Protocol):
+    """What the keeper needs of the switcher (the Switcher implements it)."""
+
+    def snapshot(self) -> tuple[bool, str | None]: ...
+
+    def unit_states(self) -> dict[str, UnitState]: ...
+
+    def request(self, target: str, reason: str, caller: Caller, trigger: Trigger = ...) -> str: ...
+
+    def result(self, ticket: str) -> SwitchResult | None: ...
+
+    def adopt(self, backend: str, force: bool = False) -> None: ...
+
+    def note_external(self, from_backend: str, to_backend: str) -> None: ...
+
+    def add_listener(self, listener: Callable[[Event], None]) -> None: ...
+
+
+class Keeper:
+    """Args:
+    switcher: the one writer; the keeper only asks it for switches.
+    schedule: the parsed schedule, or None (then gpushift only switches when asked).
+    store: where the override survives restarts.
+    now: the wall clock (aware UTC); ``monotonic`` for retry spacing.
+    max_attempts: failed scheduled switches per boundary before waiting for the next one.
+    retry_after_s: spacing between those attempts.
+    """
+
+    def __init__(
+        self,
+        switcher: SwitchControl,
+        schedule: Schedule | None,
+        store: OverrideStore,
+        now: Callable[[], datetime],
+        monotonic: Callable[[], float],
+        log: Any = None,
+        max_attempts: int = 3,
+        retry_after_s: float = 30.0,
+    ) -> None:
+        self.switcher = switcher
+        self.schedule = schedule
+        self.store = store
+        self.now = now
+        self.monotonic = monotonic
+        self.log = log
+        self.max_attempts = max_attempts
+        self.retry_after_s = retry_after_s
+        self.override: Override | None = store.load()
+        self.attempts: Attempts | None = None
+        self.blocked: str | None = None
+        self.last_action: str = ""
+        self._pending_ticket: str | None = None
+        self._last_finished: tuple[str, float] = ("", 0.0)
+        self._lock = threading.RLock()
+        # Retry spacing counts from when a switch ended, not from the tick that noticed it.
+        switcher.add_listener(self._on_switch_event)
+
+    def _on_switch_event(self, event: Event) -> None:
+        if event.kind is EventKind.FINISHED:
+            self._last_finished = (event.ticket, self.monotonic())
+
+    # ------------------------------------------------------------ settings and people
+
+    def set_schedule(self, schedule: Schedule | None) -> None:
+        with self._lock:
+            self.schedule = schedule
+            self.attempts = None
+            self.blocked = None
+
+    def configure(self, max_attempts: int, retry_after_s: float) -> None:
+        """New retry settings (on reload); they apply from the next tick."""
+        with self._lock:
+            self.max_attempts = max_attempts
+            self.retry_after_s = retry_after_s
+
+    def manual(
+        self, backend: str, caller: Caller, hold: bool, until: datetime | None, reason: str
+    ) -> Override:
+        """Record a person's switch: keep ``backend`` until the next boundary, ``until``, or resume."""
+        with self._lock:
+            ov = manual_override(self.now(), self.schedule, backend, caller.user, hold, until, reason)
+            self._set_override(ov)
+            self.blocked = None  # a person acted: an old "gave up" no longer describes the state
+            return ov
+
+    def manual_failed(self, backend: str) -> None:
+        """A person's switch to ``backend`` did not happen: the override follows what runs."""
+        with self._lock:
+            running = [name for name, st in self.switcher.unit_states().items() if st.running]
+            actual = running[0] if len(running) == 1 else OFF
+            ov = after_failed_manual(self.override, backend, actual)
+            if ov is not None:
+                self._set_override(ov)
+
+    def resume(self, caller: Caller) -> str:
+        """Back to the schedule at once (switching if needed)."""
+        with self._lock:
+            if self.schedule is None:
+                raise GpushiftError("no schedule is configured ([daemon] schedule): nothing to resume")
+            self._set_override(None)
+            self.attempts = None
+            self.blocked = None
+            self._info("schedule_resumed", by=caller.user)
+            action = self.tick(Trigger.RECONCILE)
+            return f"obeying the schedule again: {action}"
+
+    # ------------------------------------------------------------ the tick
+
+    def tick(self, trigger: Trigger = Trigger.RECONCILE) -> str:
+        """Decide once and act; return a one-line description of what was done."""
+        with self._lock:
+            self._collect_pending()
+            decision = decide(self._snapshot(trigger))
+            self.attempts = decision.attempts
+            self.blocked = decision.blocked
+            action = decision.summary
+            for a in decision.actions:
+                action = self._execute(a, action)
+            self.last_action = action
+            return action
+
+    def _snapshot(self, trigger: Trigger) -> Snapshot:
+        busy, established = self.switcher.snapshot()
+        states = {} if busy else self.switcher.unit_states()
+        busy_after, established_after = self.switcher.snapshot()
+        return Snapshot(
+            now=self.now(),
+            mono=self.monotonic(),
+            trigger=trigger,
+            schedule=self.schedule,
+            override=self.override,
+            # A switch that started while systemd was asked makes what it said stale.
+            busy=busy or busy_after or established_after != established,
+            established=established,
+            running=tuple(name for name, st in states.items() if st.running),
+            failed=frozenset(name for name, st in states.items() if st.failed),
+            attempts=self.attempts,
+            blocked=self.blocked,
+            max_attempts=self.max_attempts,
+            retry_after_s=self.retry_after_s,
+        )
+
+    def _execute(self, a: object, summary: str) -> str:
+        if isinstance(a, SetOverride):
+            self._set_override(a.override)
+        elif isinstance(a, Adopt):
+            self.switcher.adopt(a.backend, force=a.force)
+        elif isinstance(a, RecordExternal):
+            self.switcher.note_external(a.was, a.now)
+        elif isinstance(a, Log):
+            (self._warn if a.level == "warning" else self._info)(a.event, **a.fields)
+        elif isinstance(a, Switch):
+            try:
+                ticket = self.switcher.request(a.target, a.reason, Caller.daemon(), a.trigger)
+            except SwitchInProgress:
+                return "a switch is running; deciding after it"
+            self._pending_ticket = ticket
+            self._info(
+                "schedule_switch", to=a.target, ticket=ticket, trigger=a.trigger.value, reason=a.reason
+            )
+            return f"{summary} (ticket {ticket})"
+        return summary
+
+    def _collect_pending(self) -> None:
+        t = self._pending_ticket
+        res = self.switcher.result(t) if t is not None else None
+        if res is None:
+            return
+        self._pending_ticket = None
+        ticket, ended = self._last_finished
+        self.attempts = after_result(
+            self.attempts, res.ok, res.message, ended if ticket == t else self.monotonic()
+        )
+
+    def _set_override(self, ov: Override | None) -> None:
+        self.override = ov
+        self.store.save(ov)
+
+    # ------------------------------------------------------------ status
+
+    def mode(self) -> Mode:
+        with self._lock:
+            if self.schedule is None:
+                return Mode.MANUAL
+            return self.override.mode if self.override is not None else Mode.SCHEDULE
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            now = self.now()
+            ov = self.override
+            if self.schedule is None:
+                mode = "manual (no schedule)"
+            else:
+                mode = ov.describe() if ov is not None else Mode.SCHEDULE.value
+            out: dict[str, Any] = {"mode": mode, "override": ov.to_dict() if ov else None}
+            if self.schedule is not None:
+                fire = self.schedule.in_effect(now)
+                nxt = self.schedule.next_change(now)
+                out["schedule"] = {
+                    "path": self.schedule.path,
+                    "tz": str(self.schedule.tz),
+                    "wants": fire.target if fire else None,
+                    "since": fire.at.isoformat() if fire else None,
+                    "next": (
+                        {
+                            "target": nxt.target,
+                            "at": nxt.at.isoformat(),
+                            "at_local": nxt.at.astimezone(self.schedule.tz).isoformat(),
+                            "line": nxt.entry.line,
+                        }
+                        if nxt
+                        else None
+                    ),
+                    "blocked": self.blocked,
+                    "last_action": self.last_action,
+                }
+            return out
+
+    def next_wakeup(self) -> datetime | None:
+        """When the daemon's timer should fire next: the next boundary, or the override's end."""
+        with self._lock:
+            now = self.now()
+            times = []
+            if self.schedule is not None:
+                b = self.schedule.next_boundary(now)
+                if b is not None:
+                    times.append(b.at)
+            if self.override is not None and self.override.until is not None:
+                times.append(self.override.until)
+            return min(times) if times else None
+
+    def _info(self, event: str, **kw: Any) -> None:
+        if self.log is not None:
+            self.log.info(event, **kw)
+
+    def _warn(self, event: str, **kw: Any) -> None:
+        if self.log is not None:
+            self.log.warning(event, **kw)

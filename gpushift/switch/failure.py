@@ -1,0 +1,123 @@
+"""L3: what happens when a step of a switch fails after the intent row — the failure policy.
+
+* Nothing touched yet (refused, or cancelled before the first stop): all is as it was.
+* A failed STOP touches nothing more (the old backend may still run): outcome ``failed``.
+* Otherwise the target is stopped if it runs, then
+  - ``on_failure = "stay"`` (or nothing ran before): everything stays stopped, outcome ``failed``;
+  - ``on_failure = "rollback"``: the previous backend must pass the same VRAM gate, then start and
+    become ready: outcome ``rolled_back``; if it cannot, everything stays stopped and the message
+    says so: outcome ``failed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import BackendConfig, Config
+from ..errors import GpushiftError, SwitchFailed, VramNotReleased
+from ..model import Outcome, Phase, SwitchRecord
+from ..policy import gate_gpus
+from .run import StepFailed, SwitchResult, SwitchRun
+from .steps import Steps
+
+
+def close(
+    steps: Steps, run: SwitchRun, rec: SwitchRecord, ok: bool, error: str | None = None
+) -> SwitchResult:
+    """Complete the ledger row and turn it into the run's result."""
+    rec.finished_at = steps.ports.clock.now()
+    steps.ports.ledger.finish(rec)
+    return SwitchResult(
+        ticket=run.ticket,
+        ok=ok,
+        outcome=Outcome(rec.outcome),
+        from_backend=rec.from_backend,
+        to_backend=rec.to_backend,
+        message=rec.message or "",
+        failed_phase=Phase(rec.failed_phase) if rec.failed_phase else None,
+        systemd_result=rec.systemd_result,
+        ledger_id=rec.id,
+        backend_version=rec.backend_version,
+        durations_s=dict(rec.durations_s),
+        touched=run.touched,
+        error=error,
+    )
+
+
+class FailurePolicy:
+    def __init__(self, steps: Steps, log: Any) -> None:
+        self.steps = steps
+        self.log = log
+
+    def handle(
+        self, run: SwitchRun, config: Config, rec: SwitchRecord, f: StepFailed, target: BackendConfig | None
+    ) -> SwitchResult:
+        steps = self.steps
+        rec.failed_phase = f.phase.value
+        rec.message = f.message
+        rec.systemd_result = f.systemd_result
+        self.log.warning("switch_failed", ticket=run.ticket, phase=f.phase.value, message=f.message)
+        error = VramNotReleased.dbus_name() if f.vram else SwitchFailed.dbus_name()
+        if not run.touched:
+            # Cancelled (or failed) before anything was stopped or started: all is as it was.
+            rec.outcome = (Outcome.CANCELLED if f.cancelled else Outcome.FAILED).value
+            was = ", ".join(run.stopping) if run.stopping else "nothing"
+            rec.message = f"{f.message}; nothing was stopped ({was} still as before)"
+            return close(steps, run, rec, False, error)
+        if f.phase is Phase.STOP:
+            # The old backend may still run: touch nothing more, say so.
+            rec.outcome = Outcome.FAILED.value
+            return close(steps, run, rec, False, error)
+        # The target must not be left half-started (a failed unit is stopped, its state kept).
+        if target is not None and steps.ports.units.state(target.unit).running:
+            steps.report(run, Phase.ROLLBACK, f"stopping {target.unit}")
+            try:
+                steps.stop(run, config, target)
+            except StepFailed as f2:
+                rec.outcome = Outcome.FAILED.value
+                rec.message = f"{f.message}; then {f2.message}"
+                return close(steps, run, rec, False, error)
+        previous = run.stopping[0] if run.stopping else None
+        if config.daemon.on_failure != "rollback" or previous is None:
+            rec.outcome = Outcome.FAILED.value
+            why = "failure policy is 'stay'" if previous else "nothing ran before"
+            rec.message = f"{f.message}; {why}: every backend stays stopped"
+            return close(steps, run, rec, False, error)
+        return self._rollback(run, config, rec, f, previous, error)
+
+    def _rollback(
+        self, run: SwitchRun, config: Config, rec: SwitchRecord, f: StepFailed, previous: str, error: str
+    ) -> SwitchResult:
+        """The previous backend again, through the same gate."""
+        steps = self.steps
+        prev = config.backends[previous]
+        run.rollback_to = previous
+        steps.report(run, Phase.ROLLBACK, f"rolling back to {previous}")
+        rollback: dict[str, object] = {"to": previous}
+        rec.extra["rollback"] = rollback
+        watched = gate_gpus(config, previous, [], steps.all_gpus())
+        run.cancel_requested_by = None  # a cancel stops the switch, not the way back
+        try:
+            try:
+                steps.wait_released(run, config, watched, f"for the rollback to {previous}")
+                durations: dict[
+                    str, float
+                ] = {}  # the rollback's own timings, apart from the failed attempt's
+                rollback["durations_s"] = durations
+                steps.start_and_wait(run, config, prev, durations)
+            except GpushiftError as e:
+                raise StepFailed(Phase.ROLLBACK, str(e)) from None
+        except StepFailed as f2:
+            rec.outcome = Outcome.FAILED.value
+            rec.message = f"{f.message}; rollback to {previous} impossible: {f2.message}; nothing is serving"
+            rollback["error"] = f2.message
+            if steps.ports.units.state(prev.unit).running:
+                try:
+                    steps.stop(run, config, prev)
+                except StepFailed as f3:
+                    rec.message += f"; {f3.message}"
+            return close(steps, run, rec, False, error)
+        rec.outcome = Outcome.ROLLED_BACK.value
+        rec.message = f"{f.message}; rolled back: {previous} serves again"
+        rollback["ok"] = True
+        return close(steps, run, rec, False, error)

@@ -1,0 +1,362 @@
+"""L3: the switcher — the one writer of "what runs on the GPUs".
+
+One switch at a time: :meth:`Switcher.request` validates, takes the slot under a lock and returns a
+ticket at once; the switch itself runs on a worker thread as a :class:`SwitchRun` and reports every
+phase to the listeners (the D-Bus service turns those into ``Progress``/``Finished`` signals).
+
+The order of a switch (docs/design.md has the state diagram):
+
+preflight → ledger intent row → drain → stop (wait for the job) → VRAM gate → start (wait for the
+job) → readiness (health 200, unit watched) → version probe → ledger row completed.
+
+Every read that gates a change is asked of systemd / the GPU provider at that moment, never taken
+from a cache.  Failures after the intent row follow ``daemon.on_failure`` (rollback | stay), see
+:mod:`gpushift.switch.failure`.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from ..config import Config
+from ..errors import GpushiftError, NothingToCancel, SwitchFailed, SwitchInProgress, UnknownBackend
+from ..model import OFF, Caller, EventKind, Outcome, Phase, SwitchRecord, Trigger, UnitState
+from ..policy import running_backends
+from ..ports import Ports
+from .failure import FailurePolicy, close
+from .preflight import Preflight, already_there
+from .run import Event, StepFailed, SwitchResult, SwitchRun
+from .steps import Steps
+
+Listener = Callable[[Event], None]
+
+#: Finished results kept for ``result(ticket)`` (the keeper reads its own scheduled switches').
+_KEEP_RESULTS = 64
+
+
+class Switcher:
+    """Owns every change of the running backend.
+
+    Args:
+        config: the validated config (replaced by :meth:`reconfigure` on reload).
+        ports: systemd, the GPU provider, the backends' endpoints, the ledger, the host, the clock and
+            the preflight doctor (real adapters or test fakes).
+        listener: called with every :class:`Event`, on the worker thread.
+        log: a structlog-like logger (``log.info("event", key=value)``).
+        version: gpushift's version, recorded in the ledger.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        ports: Ports,
+        listener: Listener | None = None,
+        log: Any = None,
+        version: str = "",
+    ) -> None:
+        self.config = config
+        self.ports = ports
+        self.listeners: list[Listener] = [listener] if listener else []
+        self.log = log if log is not None else _NullLog()
+        self.version = version
+        self.steps = Steps(self.ports, self._report, self._beat)
+        self.preflight = Preflight(self.steps, self.log, version)
+        self.failure = FailurePolicy(self.steps, self.log)
+        self._lock = threading.Lock()
+        self._run: SwitchRun | None = None
+        self._worker: threading.Thread | None = None
+        self._results: dict[str, SwitchResult] = {}
+        # What gpushift itself last established (None: not known yet; adopt what runs).  Anything
+        # else found running later was changed behind our back (the keeper's "external" rule).
+        self._established: str | None = None
+        self._heartbeat = ports.clock.monotonic()  # the worker touches it while it runs (watchdog)
+
+    # ----------------------------------------------------------------- queries
+
+    def reconfigure(self, config: Config) -> None:
+        """Take a new config (on reload); a switch in flight keeps the one it started with."""
+        self.config = config
+
+    def add_listener(self, listener: Listener) -> None:
+        self.listeners.append(listener)
+
+    def current(self) -> SwitchRun | None:
+        """A copy of the run in flight (None when idle)."""
+        with self._lock:
+            return replace(self._run) if self._run is not None else None
+
+    def unit_states(self, config: Config | None = None) -> dict[str, UnitState]:
+        """Each configured backend's unit as systemd reports it right now, in config order."""
+        cfg = config or self.config
+        return {name: self.ports.units.state(b.unit) for name, b in cfg.backends.items()}
+
+    def running_backends(self, config: Config | None = None) -> list[str]:
+        """Configured backends whose unit systemd reports as running right now, in config order."""
+        return running_backends({name: st.running for name, st in self.unit_states(config).items()})
+
+    def result(self, ticket: str) -> SwitchResult | None:
+        return self._results.get(ticket)
+
+    def snapshot(self) -> tuple[bool, str | None]:
+        """(a switch is running, the backend gpushift last established) — read atomically."""
+        with self._lock:
+            return self._run is not None, self._established
+
+    def worker_health(self) -> tuple[bool, float] | None:
+        """For the watchdog: (the worker thread is alive, seconds since it last reported);
+        None when no switch runs."""
+        with self._lock:
+            if self._run is None:
+                return None
+            t = self._worker
+        return t is not None and t.is_alive(), self.ports.clock.monotonic() - self._heartbeat
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Join the worker of the switch in flight (tests and shutdown); True when none runs."""
+        t = self._worker
+        if t is not None:
+            t.join(timeout_s)
+            return not t.is_alive()
+        return True
+
+    # ----------------------------------------------------------------- changes
+
+    def adopt(self, backend: str, force: bool = False) -> None:
+        """Take what runs as established (daemon start: a new daemon adopts what it finds).
+
+        ``force`` replaces a known value (a backend that crashed by itself is now "off").
+        """
+        with self._lock:
+            if self._run is None and (force or self._established is None):
+                self._established = backend
+
+    def note_external(self, from_backend: str, to_backend: str) -> None:
+        """Record a change made outside gpushift (systemctl) in the ledger and adopt it."""
+        now = self.ports.clock.now()
+        rec = SwitchRecord(
+            trigger=Trigger.EXTERNAL.value,
+            requested_by="systemctl",
+            reason=f"{from_backend} -> {to_backend} changed outside gpushift; not undone before the next boundary",
+            from_backend=from_backend,
+            to_backend=to_backend,
+            started_at=now,
+            finished_at=now,
+            outcome=Outcome.OK.value,
+            gpushift_version=self.version,
+            ticket="external-" + uuid.uuid4().hex[:8],
+        )
+        b = self.config.backends.get(to_backend)
+        if b is not None:
+            st = self.ports.units.state(b.unit)
+            rec.unit = b.unit
+            rec.unit_path = st.fragment_path or None
+            rec.argv_configured = list(st.exec_start)
+            rec.argv_running = self.ports.host.cmdline(st.main_pid) if st.main_pid else []
+        rec.id = self.ports.ledger.begin(rec)
+        self.ports.ledger.finish(rec)
+        with self._lock:
+            self._established = to_backend
+
+    def request(
+        self,
+        target: str,
+        reason: str,
+        caller: Caller,
+        trigger: Trigger = Trigger.MANUAL,
+        skip_drain: bool = False,
+    ) -> str:
+        """Queue a switch to ``target`` and return its ticket at once.
+
+        Raises:
+            UnknownBackend: ``target`` is neither a configured backend nor ``off``.
+            SwitchInProgress: another switch runs; the message names it.
+        """
+        config = self.config
+        if target != OFF and target not in config.backends:
+            known = ", ".join([*config.backends, OFF])
+            raise UnknownBackend(f"unknown backend {target!r} (configured: {known})")
+        clock = self.ports.clock
+        with self._lock:
+            if self._run is not None:
+                c = self._run
+                raise SwitchInProgress(
+                    f"a switch is already running: ticket {c.ticket}, to {c.target}, "
+                    f"asked by {c.requested_by}, phase {c.phase}"
+                )
+            run = SwitchRun(
+                ticket=uuid.uuid4().hex[:12],
+                target=target,
+                trigger=trigger,
+                requested_by=caller.user,
+                uid=caller.uid,
+                reason=reason,
+                started_at=clock.now(),
+                started_mono=clock.monotonic(),
+                skip_drain=skip_drain,
+            )
+            self._run = run
+            self._worker = threading.Thread(
+                target=self._work, args=(run, config), name=f"switch-{run.ticket}", daemon=True
+            )
+            self._worker.start()
+        return run.ticket
+
+    def cancel(self, caller: Caller) -> str:
+        """Ask the switch in flight to stop; the failure policy then applies.  Returns its ticket."""
+        with self._lock:
+            if self._run is None:
+                raise NothingToCancel("no switch is running")
+            self._run.cancel_requested_by = caller.user
+            return self._run.ticket
+
+    # ----------------------------------------------------------------- the worker
+
+    def _beat(self) -> None:
+        self._heartbeat = self.ports.clock.monotonic()
+
+    def _emit(self, event: Event) -> None:
+        for fn in list(self.listeners):
+            try:
+                fn(event)
+            except Exception as e:  # a listener's bug must not break the switch
+                self.log.error("listener_failed", error=repr(e))
+
+    def _report(self, run: SwitchRun, phase: Phase, detail: str) -> None:
+        self._beat()
+        with self._lock:
+            run.phase = phase
+            run.detail = detail
+        self.log.info("switch_phase", ticket=run.ticket, phase=phase.value, detail=detail)
+        elapsed = self.ports.clock.monotonic() - run.started_mono
+        self._emit(Event(run.ticket, EventKind.PROGRESS, phase, detail, elapsed))
+
+    def _work(self, run: SwitchRun, config: Config) -> None:
+        rec_box: list[SwitchRecord] = []
+        try:
+            result = self._switch(run, config, rec_box)
+        except Exception as e:  # a bug: report it, never leave the slot taken or the row pending
+            result = self._crashed(run, rec_box[0] if rec_box else None, e)
+        self._results[run.ticket] = result
+        while len(self._results) > _KEEP_RESULTS:  # a long-running daemon keeps only recent ones
+            del self._results[next(iter(self._results))]
+        with self._lock:
+            self._run = None
+            self._established = result.established_after(self._established)
+        self.log.info("switch_finished", **result.to_dict())
+        elapsed = self.ports.clock.monotonic() - run.started_mono
+        self._emit(Event(run.ticket, EventKind.FINISHED, Phase.DONE, result.message, elapsed, result))
+
+    def _crashed(self, run: SwitchRun, rec: SwitchRecord | None, e: Exception) -> SwitchResult:
+        self.log.exception("switch_crashed", ticket=run.ticket, error=repr(e))
+        if rec is not None and rec.id is not None and rec.outcome == Outcome.PENDING.value:
+            rec.outcome = Outcome.FAILED.value
+            rec.failed_phase = run.phase.value
+            rec.message = f"internal error in phase {run.phase.value}: {e!r}"
+            rec.finished_at = self.ports.clock.now()
+            try:
+                self.ports.ledger.finish(rec)
+            except Exception as e2:
+                self.log.exception("ledger_finish_failed", ticket=run.ticket, error=repr(e2))
+        return SwitchResult(
+            ticket=run.ticket,
+            ok=False,
+            outcome=Outcome.FAILED,
+            to_backend=run.target,
+            from_backend=run.from_backend,
+            message=f"internal error: {e!r}",
+            error=SwitchFailed.dbus_name(),
+            failed_phase=run.phase,
+            touched=run.touched,
+            internal_error=True,
+        )
+
+    def _switch(self, run: SwitchRun, config: Config, rec_box: list[SwitchRecord]) -> SwitchResult:
+        clock = self.ports.clock
+        steps = self.steps
+        target = run.target
+
+        # --- preflight (nothing touched yet; every read is asked now)
+        self._report(run, Phase.PREFLIGHT, f"checking {target}")
+        t0 = clock.monotonic()
+        running = self.running_backends(config)
+        with self._lock:
+            run.previous = list(running)
+        msg = already_there(target, running)
+        if msg is not None:
+            return SwitchResult(
+                ticket=run.ticket,
+                ok=True,
+                outcome=Outcome.OK,
+                to_backend=target,
+                from_backend=run.from_backend,
+                message=msg,
+                already=True,
+            )
+        plan = self.preflight.plan(run, config, running)
+        rec = plan.record
+        rec_box.append(rec)
+        run.stopping = list(plan.to_stop)
+        rec.durations_s["preflight"] = round(clock.monotonic() - t0, 3)
+        if plan.refusal is not None:
+            rec.outcome = Outcome.REFUSED.value
+            rec.failed_phase = Phase.PREFLIGHT.value
+            rec.message = f"refused: {plan.refusal}"
+            rec.id = self.ports.ledger.begin(rec)
+            return close(steps, run, rec, False, plan.refusal_error)
+
+        # --- intent row before anything is stopped
+        self._report(run, Phase.INTENT, "ledger intent row")
+        rec.id = self.ports.ledger.begin(rec)
+        with self._lock:
+            run.ledger_id = rec.id
+
+        target_cfg = plan.target
+        try:
+            # --- drain
+            t0 = clock.monotonic()
+            drains = [steps.drain(run, config, config.backends[b]) for b in plan.to_stop]
+            if drains:
+                rec.extra["drain"] = drains
+            rec.durations_s["drain"] = round(clock.monotonic() - t0, 3)
+            # --- stop
+            t0 = clock.monotonic()
+            for b in plan.to_stop:
+                steps.stop(run, config, config.backends[b])
+            rec.durations_s["stop"] = round(clock.monotonic() - t0, 3)
+            if plan.target_running and target_cfg is not None:
+                # The target already runs (beside the others just stopped): its own memory stays,
+                # so there is nothing to release and nothing to start; prove it answers.
+                steps.wait_ready(run, config, target_cfg, rec.durations_s)
+            else:
+                # --- VRAM gate
+                t0 = clock.monotonic()
+                released = steps.wait_released(run, config, plan.watched, f"for {target}")
+                rec.vram["released"] = [r.to_dict() for r in released]
+                rec.durations_s["release"] = round(clock.monotonic() - t0, 3)
+                if target_cfg is not None:
+                    steps.start_and_wait(run, config, target_cfg, rec.durations_s)
+            if target_cfg is not None:
+                st = self.ports.units.state(target_cfg.unit)
+                rec.vram["ready"] = [r.to_dict() for r in steps.readings(plan.watched)]
+                # --- version and the launch as it really runs
+                self._report(run, Phase.VERSION, f"asking {target} its version")
+                t0 = clock.monotonic()
+                steps.record_launch(rec, target_cfg, st)
+                rec.durations_s["version"] = round(clock.monotonic() - t0, 3)
+        except StepFailed as f:
+            return self.failure.handle(run, config, rec, f, target_cfg)
+        except GpushiftError as e:  # an adapter said no (systemd refused a job, ...)
+            return self.failure.handle(run, config, rec, StepFailed(run.phase, str(e)), target_cfg)
+
+        rec.outcome = Outcome.OK.value
+        rec.message = f"{target} is serving" if target != OFF else "every backend stopped; GPUs free"
+        return close(steps, run, rec, True)
+
+
+class _NullLog:
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *a, **k: None

@@ -1,0 +1,122 @@
+"""L3: the preflight of a switch — everything checked before anything is touched.
+
+What runs is asked of systemd now; the target's unit must be loaded; the doctor's rules
+(``gpushift check``) must raise no error; and the GPUs the switch will gate on must not hold
+memory that the backends being stopped do not account for (another user's job would keep the gate
+closed after the current backend was already stopped).  A refusal is recorded in the ledger with
+outcome ``refused``; nothing was touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import BackendConfig, Config
+from ..errors import SwitchFailed, VramNotReleased
+from ..model import OFF, HostGpuFacts, Phase, SwitchRecord
+from ..policy import foreign_memory, gate_gpus
+from .run import SwitchRun
+from .steps import Steps
+
+
+@dataclass
+class Plan:
+    """What one switch will do, decided in its preflight."""
+
+    record: SwitchRecord
+    running: list[str]  # backends running now, in config order
+    to_stop: list[str]  # those the switch stops
+    watched: tuple[int, ...]  # GPUs the VRAM gate watches
+    target: BackendConfig | None  # None for "off"
+    target_running: bool  # the target already runs beside others: keep it
+    refusal: str | None = None  # why the switch is refused (nothing touched)
+    refusal_error: str = SwitchFailed.dbus_name()
+
+
+def already_there(target: str, running: list[str]) -> str | None:
+    """The message when nothing needs doing (the target alone serves, or ``off`` and nothing runs)."""
+    if target == OFF and not running:
+        return "no backend is running; the GPUs are free"
+    if running == [target]:
+        return f"{target} is already active"
+    return None
+
+
+class Preflight:
+    def __init__(self, steps: Steps, log: Any, version: str) -> None:
+        self.steps = steps
+        self.ports = steps.ports
+        self.log = log
+        self.version = version
+
+    def plan(self, run: SwitchRun, config: Config, running: list[str]) -> Plan:
+        """Gather the facts, fill the record, and decide whether the switch may go ahead."""
+        ports = self.ports
+        target = run.target
+        to_stop = [b for b in running if b != target]
+        watched = gate_gpus(config, target, to_stop, self.steps.all_gpus())
+        rec = SwitchRecord(
+            trigger=run.trigger.value,
+            requested_by=run.requested_by,
+            uid=run.uid,
+            reason=run.reason,
+            from_backend=run.from_backend,
+            to_backend=target,
+            started_at=run.started_at,
+            ticket=run.ticket,
+            gpushift_version=self.version,
+        )
+        if len(running) > 1:
+            rec.extra["running_before"] = running
+        target_cfg = config.backends.get(target) if target != OFF else None
+        plan = Plan(rec, running, to_stop, watched, target_cfg, target in running)
+        if target_cfg is not None:
+            st = ports.units.state(target_cfg.unit)
+            rec.unit = target_cfg.unit
+            rec.unit_path = st.fragment_path or None
+            rec.argv_configured = list(st.exec_start)
+            if st.load_state != "loaded":
+                plan.refusal = f"unit {target_cfg.unit} of backend {target} is {st.load_state}"
+        facts = ports.gpu.facts()  # read once: the ledger and the doctor share it
+        rec.gpu_facts = facts.to_dict()
+        if plan.refusal is None and target_cfg is not None and ports.doctor is not None:
+            plan.refusal = self._consult_doctor(run, config, facts, rec)
+        before = self.steps.readings(watched)
+        rec.vram["before"] = [r.to_dict() for r in before]
+        if plan.refusal is None:
+            own = [*to_stop, *([target] if plan.target_running else [])]
+            own_units = {config.backends[b].unit for b in own}
+            own_pids: set[int] = set()
+            for b in own:
+                own_pids.update(ports.units.processes(config.backends[b].unit))
+            verdict = foreign_memory(
+                before, own_units, own_pids, config.gpu.residual_mib, ports.gpu.simulated
+            )
+            if not verdict.ok:
+                plan.refusal = verdict.message
+                plan.refusal_error = VramNotReleased.dbus_name()
+        return plan
+
+    def _consult_doctor(
+        self, run: SwitchRun, config: Config, facts: HostGpuFacts, rec: SwitchRecord
+    ) -> str | None:
+        """Preflight rules (gpushift check): errors refuse the switch, warnings are recorded."""
+        assert self.ports.doctor is not None
+        try:
+            findings = list(self.ports.doctor(config, run.target, facts))
+        except Exception as e:  # the doctor must never be why a switch fails
+            self.log.exception("doctor_failed", ticket=run.ticket, error=repr(e))
+            rec.extra["doctor_error"] = repr(e)
+            return None
+        rec.extra["doctor"] = [f.to_dict() for f in findings]
+        for f in findings:
+            if not f.is_error:
+                self.log.warning(
+                    "doctor_warning", ticket=run.ticket, backend=f.backend, code=f.code, message=f.message
+                )
+                self.steps.report(run, Phase.PREFLIGHT, f"warning: {f.message}")
+        errors = [f for f in findings if f.is_error]
+        if not errors:
+            return None
+        return "; ".join(f"{f.message}" + (f" ({f.hint})" if f.hint else "") for f in errors)

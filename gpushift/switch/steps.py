@@ -1,0 +1,190 @@
+"""L3: the steps of one switch — drain, stop, the VRAM gate, start, readiness, the launch record.
+
+Each step asks the ports at that moment (systemd, the GPU provider, the backend's HTTP endpoints)
+and either returns or raises :class:`~gpushift.switch.run.StepFailed`.  Every waiting loop checks
+the run's cancel request between polls.  The order of the steps, and what happens when one
+fails, belong to :mod:`gpushift.switch.machine` and :mod:`gpushift.switch.failure`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..config import BackendConfig, Config
+from ..model import GpuReading, Phase, SwitchRecord, UnitState
+from ..policy import gate
+from ..ports import Ports
+from .run import StepFailed, SwitchRun
+
+#: How a step reports progress: (run, phase, one line for a person).
+Report = Callable[[SwitchRun, Phase, str], None]
+
+
+class Steps:
+    """The steps, bound to the ports and to the switcher's progress report and heartbeat."""
+
+    def __init__(self, ports: Ports, report: Report, beat: Callable[[], None]) -> None:
+        self.ports = ports
+        self.report = report
+        self.beat = beat
+
+    # ------------------------------------------------------------------ reads
+
+    def readings(self, indices: Sequence[int]) -> list[GpuReading]:
+        return self.ports.gpu.read(list(indices))
+
+    def all_gpus(self) -> tuple[int, ...]:
+        return tuple(r.index for r in self.ports.gpu.read(None))
+
+    def check_cancel(self, run: SwitchRun, phase: Phase) -> None:
+        """Raise the cancellation when somebody asked for it (called between polls)."""
+        self.beat()
+        if run.cancel_requested:
+            raise StepFailed(phase, f"cancelled by {run.cancel_requested_by or 'a person'}", cancelled=True)
+
+    # ------------------------------------------------------------------ steps
+
+    def drain(self, run: SwitchRun, config: Config, b: BackendConfig) -> dict[str, Any]:
+        """Wait (up to drain_timeout_s) until ``b`` has no request running or waiting."""
+        clock = self.ports.clock
+        t0 = clock.monotonic()
+        if run.skip_drain:
+            self.report(run, Phase.DRAIN, f"{b.name}: drain skipped (--now)")
+            return {"backend": b.name, "skipped": True}
+        first = self.ports.probe.in_flight(b)
+        n = first
+        self.report(run, Phase.DRAIN, f"{b.name}: {'unknown' if n is None else n} request(s) in flight")
+        while n is not None and n > 0 and clock.monotonic() - t0 < b.drain_timeout_s:
+            self.check_cancel(run, Phase.DRAIN)
+            clock.sleep(config.daemon.poll_interval_s)
+            n = self.ports.probe.in_flight(b)
+        waited = round(clock.monotonic() - t0, 3)
+        timed_out = bool(n) and n is not None and n > 0
+        if first:
+            self.report(
+                run,
+                Phase.DRAIN,
+                f"{b.name}: drained in {waited:.1f}s"
+                if not timed_out
+                else f"{b.name}: drain timeout, {n} request(s) still in flight",
+            )
+        return {
+            "backend": b.name,
+            "in_flight_at_start": first,
+            "in_flight_at_stop": n,
+            "waited_s": waited,
+            "timed_out": timed_out,
+        }
+
+    def stop(self, run: SwitchRun, config: Config, b: BackendConfig) -> None:
+        """StopUnit and wait for its job; the unit must be inactive afterwards."""
+        self.report(run, Phase.STOP, f"stopping {b.unit}")
+        run.touched = True
+        units = self.ports.units
+        job = units.stop(b.unit, config.daemon.stop_timeout_s)
+        st = units.state(b.unit)
+        if not job.ok or st.running:
+            raise StepFailed(
+                Phase.STOP,
+                f"could not stop {b.unit}: job {job.result}, unit {st.active_state}/{st.sub_state}",
+                systemd_result=st.result,
+            )
+
+    def wait_released(
+        self, run: SwitchRun, config: Config, watched: Sequence[int], what: str
+    ) -> list[GpuReading]:
+        """Poll the GPU provider until every watched GPU is released, or fail closed."""
+        clock = self.ports.clock
+        simulated = self.ports.gpu.simulated
+        gpus = ",".join(str(i) for i in watched)
+        sim = " (SIMULATED)" if simulated else ""
+        self.report(run, Phase.RELEASE, f"waiting for VRAM on GPU {gpus}{sim} {what}")
+        t0 = clock.monotonic()
+        while True:
+            readings = self.readings(watched)
+            verdict = gate(readings, config.gpu.residual_mib, simulated)
+            if verdict.open:
+                used = ", ".join(
+                    f"GPU {r.index} {r.used_mib:.0f} MiB" for r in readings if r.used_mib is not None
+                )
+                self.report(run, Phase.RELEASE, f"VRAM released ({used})")
+                return readings
+            if clock.monotonic() - t0 >= config.gpu.release_timeout_s:
+                raise StepFailed(
+                    Phase.RELEASE,
+                    f"{verdict.message} (waited {config.gpu.release_timeout_s:g}s)",
+                    vram=True,
+                )
+            self.check_cancel(run, Phase.RELEASE)
+            clock.sleep(config.daemon.poll_interval_s)
+
+    def start_and_wait(
+        self, run: SwitchRun, config: Config, b: BackendConfig, durations: dict[str, float]
+    ) -> None:
+        """StartUnit (after ResetFailedUnit when needed), then wait until it answers."""
+        clock = self.ports.clock
+        units = self.ports.units
+        t0 = clock.monotonic()
+        self.report(run, Phase.START, f"starting {b.unit}")
+        if units.state(b.unit).failed:
+            units.reset_failed(b.unit)
+        run.touched = True
+        job = units.start(b.unit, b.start_timeout_s)
+        durations["start"] = round(clock.monotonic() - t0, 3)
+        if not job.ok:
+            st = units.state(b.unit)
+            raise StepFailed(
+                Phase.START,
+                f"start job of {b.unit} ended with {job.result!r} (Result={st.result})",
+                systemd_result=st.result,
+            )
+        self.wait_ready(run, config, b, durations)
+
+    def wait_ready(
+        self, run: SwitchRun, config: Config, b: BackendConfig, durations: dict[str, float]
+    ) -> None:
+        """Poll the health URL until 200, watching the unit: an exit is noticed at the next poll."""
+        clock = self.ports.clock
+        self.report(run, Phase.READY, f"waiting for {b.health_url}")
+        t0 = clock.monotonic()
+        last = ""
+        while True:
+            st = self.ports.units.state(b.unit)
+            # A unit with Restart= that crashed sits in activating/auto-restart: an exit too.
+            if st.active_state in ("failed", "inactive", "deactivating") or st.sub_state == "auto-restart":
+                raise StepFailed(
+                    Phase.READY,
+                    f"{b.unit} exited while starting: {st.active_state}/{st.sub_state}, Result={st.result}",
+                    systemd_result=st.result,
+                )
+            h = self.ports.probe.health(b.health_url)
+            if h.ok:
+                durations["ready"] = round(clock.monotonic() - t0, 3)
+                self.report(run, Phase.READY, f"{b.name} is ready ({clock.monotonic() - t0:.1f}s)")
+                return
+            detail = f"HTTP {h.status}" if h.status is not None else (h.detail or "no answer")
+            if detail != last:
+                self.report(run, Phase.READY, f"{b.name}: {detail}")
+                last = detail
+            if clock.monotonic() - t0 >= b.start_timeout_s:
+                raise StepFailed(
+                    Phase.READY,
+                    f"{b.name} did not answer 200 on {b.health_url} within {b.start_timeout_s:g}s (last: {detail})",
+                    systemd_result=st.result,
+                )
+            self.check_cancel(run, Phase.READY)
+            clock.sleep(config.daemon.poll_interval_s)
+
+    def record_launch(self, rec: SwitchRecord, b: BackendConfig, st: UnitState) -> None:
+        """The launch as it really runs: argv from /proc, the version, the launch description."""
+        host = self.ports.host
+        argv: list[str] = host.cmdline(st.main_pid) if st.main_pid else []
+        rec.argv_running = argv
+        v = self.ports.probe.version(b.version_url, b.version_command)
+        rec.backend_version = v.version
+        rec.version_source = v.source
+        try:
+            rec.extra["launch"] = host.launch_info(st, argv or list(st.exec_start))
+        except Exception as e:  # describing the launch must never fail the switch
+            rec.extra["launch_error"] = repr(e)
