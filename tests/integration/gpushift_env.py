@@ -1,7 +1,7 @@
 """A gpushift installation inside a private systemd user manager, for end-to-end tests.
 
 `GpushiftEnv` writes a config (session bus, simulated GPUs), installs stand-in backend units (real
-HTTP servers from `gpushift.standin` that hold simulated GPU device files), installs the SHIPPED
+HTTP servers from `tests.support.standin` that hold simulated GPU device files), installs the SHIPPED
 `units/gpushift.service` with a test drop-in, starts it, and runs the real CLI as a subprocess.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpushift.demo import daemon_dropin, standin_unit
+from tests.support.demo import daemon_dropin, standin_unit
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
