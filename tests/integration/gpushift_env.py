@@ -76,6 +76,7 @@ class GpushiftEnv:
         }
         self.opts.update(daemon_opts)
         self.extra_env: list[str] = []
+        self.gpushift = GPUSHIFT  # the command the unit and the CLI calls run (another install's, in a test)
 
     # ------------------------------------------------------------ setup
 
@@ -153,7 +154,7 @@ class GpushiftEnv:
         self.sb.install_dropin(
             "gpushift.service",
             "50-test.conf",
-            daemon_dropin(GPUSHIFT, str(self.config_path), str(self.log_path), self.extra_env),
+            daemon_dropin(self.gpushift, str(self.config_path), str(self.log_path), self.extra_env),
         )
         self.sb.daemon_reload()
 
@@ -176,7 +177,7 @@ class GpushiftEnv:
     ) -> subprocess.CompletedProcess[str]:
         env = dict(self.sb.env)
         env["GPUSHIFT_CONFIG"] = str(self.config_path)
-        r = subprocess.run([GPUSHIFT, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
+        r = subprocess.run([self.gpushift, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
         if check and r.returncode != 0:
             raise AssertionError(
                 f"gpushift {' '.join(args)} exited {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}"
@@ -188,7 +189,7 @@ class GpushiftEnv:
         env = dict(self.sb.env)
         env["GPUSHIFT_CONFIG"] = str(self.config_path)
         return subprocess.Popen(
-            [GPUSHIFT, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [self.gpushift, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
     def status(self) -> dict[str, Any]:
