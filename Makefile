@@ -40,7 +40,7 @@ venv: deps $(STAMP)
 lint: venv
 	$(VENV)/bin/ruff check gpushift tests bench
 	$(VENV)/bin/ruff format --check gpushift tests bench
-	$(VENV)/bin/mypy gpushift
+	$(VENV)/bin/mypy gpushift tests/support
 	$(VENV)/bin/lint-imports
 
 test-unit: venv
@@ -79,10 +79,10 @@ test-gpu:
 	PYTHONPATH=. $(PYTHON) -m pytest --confcutdir=tests/gpu -p no:cacheprovider -v tests/gpu
 
 demo: venv
-	$(PY) -m gpushift.demo run
+	$(PY) -m tests.support.demo run
 
 demo-stop:
-	$(PY) -m gpushift.demo stop
+	$(PY) -m tests.support.demo stop
 
 bench: venv
 	$(PY) bench/ledger_list.py

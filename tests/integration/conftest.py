@@ -30,7 +30,8 @@ from typing import Any
 
 import pytest
 
-from gpushift.sandbox import Sandbox, SandboxError, missing_tools
+from tests.support import standin
+from tests.support.sandbox import Sandbox, SandboxError, missing_tools
 
 PY = sys.executable
 
@@ -69,15 +70,19 @@ def standin_unit_text(
     unit_lines: Sequence[str] = (),
     service_lines: Sequence[str] = (),
 ) -> str:
-    """A backend unit running ``python -m gpushift.standin``, shaped like the shipped backends.
+    """A backend unit running the stand-in (``tests.support.standin``), shaped like the shipped backends.
 
     ``Type=simple``, ``KillMode=control-group``, ``SendSIGKILL=yes``, a short ``TimeoutStopSec``,
     and stdout/stderr appended to ``log`` (no journald here).  The port reaches the command through
     ``Environment=STANDIN_PORT=`` and ``${STANDIN_PORT}``, so tests can compare the command as
     written with the one that runs.
     """
-    cmd = exec_start or f"{PY} -m gpushift.standin --port ${{STANDIN_PORT}} {' '.join(args)}".rstrip()
-    env_lines = [f"Environment=STANDIN_PORT={port}", "Environment=PYTHONUNBUFFERED=1"]
+    cmd = exec_start or f"{standin.unit_command(PY)} --port ${{STANDIN_PORT}} {' '.join(args)}".rstrip()
+    env_lines = [
+        f"Environment=STANDIN_PORT={port}",
+        "Environment=PYTHONUNBUFFERED=1",
+        f"Environment={standin.UNIT_ENVIRONMENT}",
+    ]
     env_lines += [f"Environment={e}" for e in environment]
     return "\n".join(
         [

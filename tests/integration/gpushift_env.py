@@ -1,7 +1,7 @@
 """A gpushift installation inside a private systemd user manager, for end-to-end tests.
 
 `GpushiftEnv` writes a config (session bus, simulated GPUs), installs stand-in backend units (real
-HTTP servers from `gpushift.standin` that hold simulated GPU device files), installs the SHIPPED
+HTTP servers from `tests.support.standin` that hold simulated GPU device files), installs the SHIPPED
 `units/gpushift.service` with a test drop-in, starts it, and runs the real CLI as a subprocess.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpushift.demo import daemon_dropin, standin_unit
+from tests.support.demo import daemon_dropin, standin_unit
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -76,6 +76,7 @@ class GpushiftEnv:
         }
         self.opts.update(daemon_opts)
         self.extra_env: list[str] = []
+        self.gpushift = GPUSHIFT  # the command the unit and the CLI calls run (another install's, in a test)
 
     # ------------------------------------------------------------ setup
 
@@ -153,7 +154,7 @@ class GpushiftEnv:
         self.sb.install_dropin(
             "gpushift.service",
             "50-test.conf",
-            daemon_dropin(GPUSHIFT, str(self.config_path), str(self.log_path), self.extra_env),
+            daemon_dropin(self.gpushift, str(self.config_path), str(self.log_path), self.extra_env),
         )
         self.sb.daemon_reload()
 
@@ -176,7 +177,7 @@ class GpushiftEnv:
     ) -> subprocess.CompletedProcess[str]:
         env = dict(self.sb.env)
         env["GPUSHIFT_CONFIG"] = str(self.config_path)
-        r = subprocess.run([GPUSHIFT, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
+        r = subprocess.run([self.gpushift, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
         if check and r.returncode != 0:
             raise AssertionError(
                 f"gpushift {' '.join(args)} exited {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}"
@@ -188,7 +189,7 @@ class GpushiftEnv:
         env = dict(self.sb.env)
         env["GPUSHIFT_CONFIG"] = str(self.config_path)
         return subprocess.Popen(
-            [GPUSHIFT, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [self.gpushift, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
     def status(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ def test_demo_runs_to_completion_and_stops():
     env = dict(os.environ, GPUSHIFT_DEMO_DIR=str(demo_dir))
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "gpushift.demo", "run"],
+            [sys.executable, "-m", "tests.support.demo", "run"],
             env=env,
             capture_output=True,
             text=True,
@@ -29,7 +29,7 @@ def test_demo_runs_to_completion_and_stops():
         assert "make demo-stop" in out
     finally:
         s = subprocess.run(
-            [sys.executable, "-m", "gpushift.demo", "stop"],
+            [sys.executable, "-m", "tests.support.demo", "stop"],
             env=env,
             capture_output=True,
             text=True,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from gpushift_env import Backend, GpushiftEnv, free_port
 
-from gpushift.sandbox import Sandbox
+from tests.support.sandbox import Sandbox
 
 
 def sha256(path: Path) -> str:

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import standin
+
 PY = sys.executable
 
 
@@ -76,10 +78,10 @@ class Standin:
         self.log = log
         self._log_file = open(log, "ab")  # noqa: SIM115 - closed in end()
         self.proc = subprocess.Popen(
-            [PY, "-m", "gpushift.standin", "--port", str(port), *args],
+            [PY, "-m", "tests.support.standin", "--port", str(port), *args],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(standin.CHECKOUT)},
         )
 
     def url(self, path: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 
 from gpushift.adapters.systemd import SystemdUnits, connect
 from gpushift.errors import SystemdError
-from gpushift.sandbox import Sandbox, SandboxError
+from tests.support.sandbox import Sandbox, SandboxError
 
 SLEEPER = "[Service]\nType=simple\nExecStart=/bin/sleep 300\nKillMode=control-group\nTimeoutStopSec=3\n"
 
@@ -95,7 +95,7 @@ def test_systemd_units_exec_start_is_as_written_and_cmdline_as_run(sandbox, inst
     # As configured: systemd returns the argv with ${VAR} NOT expanded.
     assert "${STANDIN_PORT}" in st.exec_start
     assert "${STANDIN_VERSION}" in st.exec_start
-    assert st.exec_start[1:3] == ("-m", "gpushift.standin")
+    assert st.exec_start[1:3] == ("-m", "tests.support.standin")
     # As run: /proc/MainPID/cmdline has the values.
     running = _cmdline(st.main_pid)
     assert str(a.port) in running and "7.7.7" in running
@@ -360,7 +360,7 @@ def test_systemd_units_calls_on_a_dead_manager_raise_systemd_error(sandbox, bus)
 
 
 # ---------------------------------------------------------------------------------------------
-# The sandbox these tests stand on (gpushift.sandbox): its promises are what make them trustworthy.
+# The sandbox these tests stand on (tests.support.sandbox): its promises are what make them trustworthy.
 
 
 def _own_cgroup(pid: int | str) -> str:
@@ -432,7 +432,7 @@ def test_sandbox_command_line_start_writes_env_and_stop_ends_it(tmp_path: Path):
     d = tmp_path / "sb"
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "gpushift.sandbox", "start", "--dir", str(d)],
+            [sys.executable, "-m", "tests.support.sandbox", "start", "--dir", str(d)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -456,7 +456,7 @@ def test_sandbox_command_line_start_writes_env_and_stop_ends_it(tmp_path: Path):
         pids = [state.manager_pid, state.dbus_pid]
         assert all(p and _alive(p) for p in pids)
         r = subprocess.run(
-            [sys.executable, "-m", "gpushift.sandbox", "stop", "--dir", str(d)],
+            [sys.executable, "-m", "tests.support.sandbox", "stop", "--dir", str(d)],
             capture_output=True,
             text=True,
             timeout=60,

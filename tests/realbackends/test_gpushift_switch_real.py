@@ -21,7 +21,7 @@ from gpushift.adapters.http_probe import parse_inflight
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from gpushift_env import Backend, GpushiftEnv  # noqa: E402
 
-from gpushift.sandbox import Sandbox  # noqa: E402
+from tests.support.sandbox import Sandbox  # noqa: E402
 
 pytestmark = pytest.mark.realbackends
 

@@ -2,7 +2,7 @@
 
 Integration tests and ``make demo`` run it as a backend unit instead of a real model server::
 
-    python -m gpushift.standin --port 8000 --version 0.9.1 --hold-device /var/lib/gpushift/simgpu/nvidia0
+    python -m tests.support.standin --port 8000 --version 0.9.1 --hold-device /var/lib/gpushift/simgpu/nvidia0
 
 Endpoints:
     GET  /health          503 ``{"status": "loading"}`` during ``--start-delay``, then 200
@@ -25,6 +25,10 @@ Misbehaviours on request (each one a failure gpushift must survive):
                                as a real server maps the device
 
 It logs one line per event to stdout (a unit's ``StandardOutput=append:FILE`` keeps them).
+
+A unit runs it from this checkout (it is not part of the installed package): ``ExecStart=`` begins
+with :func:`unit_command` and the unit carries :data:`UNIT_ENVIRONMENT`, so systemd can start it
+from any working directory.
 """
 
 from __future__ import annotations
@@ -40,7 +44,18 @@ import threading
 import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, BinaryIO
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+# The Environment= assignment a stand-in unit needs: ``tests.support`` is importable from the checkout
+# only (quoted: systemd splits an unquoted assignment at spaces).
+UNIT_ENVIRONMENT = f'"PYTHONPATH={CHECKOUT}"'
+
+
+def unit_command(python: str = sys.executable) -> str:
+    """The head of a unit's ``ExecStart=`` that runs the stand-in; its flags follow."""
+    return f"{python} -m tests.support.standin"
 
 
 def log(message: str) -> None:
@@ -235,7 +250,7 @@ def leave_orphan(path: str, pid_file: str | None, timeout_s: float = 10.0) -> in
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m gpushift.standin", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tests.support.standin", description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--version", default="0.0.0-standin", help="what GET /version reports")

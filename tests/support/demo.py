@@ -1,12 +1,14 @@
 """`make demo`: gpushift end to end on any Linux machine, no GPU needed.
 
-Boots a private systemd user manager and D-Bus session bus (gpushift.sandbox), installs the SHIPPED
-units/gpushift.service with a small drop-in (paths, log file, container-incompatible hardening off),
-two demo backends (gpushift.standin HTTP servers holding SIMULATED GPU device files), starts the
-daemon, switches with live progress, and prints status and the ledger.
+Boots a private systemd user manager and D-Bus session bus (tests.support.sandbox), installs the
+SHIPPED units/gpushift.service with a small drop-in (paths, log file, container-incompatible
+hardening off), two demo backends (tests.support.standin HTTP servers holding SIMULATED GPU device
+files), starts the daemon, switches with live progress, and prints status and the ledger.
 
-    python -m gpushift.demo [run]     # start (idempotent: a running demo is stopped first)
-    python -m gpushift.demo stop
+Run from the repository root (it is not part of the installed package)::
+
+    python -m tests.support.demo [run]     # start (idempotent: a running demo is stopped first)
+    python -m tests.support.demo stop
 
 The unit and drop-in templates here are shared with the integration tests.
 """
@@ -20,7 +22,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from . import standin
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Everything this drop-in changes on the shipped unit, each for the reason its comment states.
 DAEMON_DROPIN = """\
@@ -74,7 +78,7 @@ def standin_unit(
     cmd = (
         exec_start
         or (
-            f"{python} -m gpushift.standin --port ${{STANDIN_PORT}} --version ${{STANDIN_VERSION}} "
+            f"{standin.unit_command(python)} --port ${{STANDIN_PORT}} --version ${{STANDIN_VERSION}} "
             f"{holds} {' '.join(args)}"
         ).strip()
     )
@@ -89,6 +93,7 @@ Type=simple
 Environment=STANDIN_PORT={port}
 Environment=STANDIN_VERSION={version}
 Environment=PYTHONUNBUFFERED=1
+Environment={standin.UNIT_ENVIRONMENT}
 {extra_env}ExecStart={cmd}
 KillMode=control-group
 SendSIGKILL=yes
@@ -244,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run()
     if cmd == "stop":
         return stop()
-    print("usage: python -m gpushift.demo [run|stop]", file=sys.stderr)
+    print("usage: python -m tests.support.demo [run|stop]", file=sys.stderr)
     return 2
 
 

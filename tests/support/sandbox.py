@@ -43,9 +43,9 @@ Things learned the hard way (measured on a Debian 12 container, systemd 252):
 
 Command line (for the demo and for poking at it by hand)::
 
-    python -m gpushift.sandbox start --dir DIR   # writes DIR/env (shell exports) and DIR/sandbox.json
+    python -m tests.support.sandbox start --dir DIR   # writes DIR/env (shell exports) and DIR/sandbox.json
     . DIR/env && systemctl --user status
-    python -m gpushift.sandbox stop --dir DIR    # ends the manager and the bus by their PIDs
+    python -m tests.support.sandbox stop --dir DIR    # ends the manager and the bus by their PIDs
 """
 
 from __future__ import annotations
@@ -670,7 +670,7 @@ class Sandbox:
     # ------------------------------------------------------------------ command-line state
 
     def _write_state(self) -> None:
-        """Record PIDs and paths in ``base_dir`` so ``python -m gpushift.sandbox stop`` can end them."""
+        """Record PIDs and paths in ``base_dir`` so ``python -m tests.support.sandbox stop`` can end them."""
         if not self._given_base or self.base_dir is None:
             return
         state = {
@@ -720,7 +720,7 @@ class Sandbox:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m gpushift.sandbox",
+        prog="python -m tests.support.sandbox",
         description="Boot or end a private systemd user manager and D-Bus session bus.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -738,7 +738,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f"sandbox: systemd --user pid {sb.manager_pid}, dbus-daemon pid {sb.dbus_pid}")
         print(f"sandbox: . {Path(args.dir) / _ENV_FILE}   # then systemctl --user ... talks to it")
-        print(f"sandbox: python -m gpushift.sandbox stop --dir {args.dir}   # to end it")
+        print(f"sandbox: python -m tests.support.sandbox stop --dir {args.dir}   # to end it")
         return 0
     try:
         sb = Sandbox.attach(args.dir)
