@@ -104,13 +104,6 @@ class Daemon:
     def build(self) -> None:
         self.components = wiring.build(self.config, log=self.log)
         ports = self.components.ports
-        interrupted = ports.ledger.mark_interrupted(datetime.now(timezone.utc))
-        for row_id in interrupted:
-            self.log.warning(
-                "switch_interrupted",
-                ledger_id=row_id,
-                detail="found unfinished at start: the daemon died mid-switch",
-            )
         from .adapters.doctor_io import HostDoctor
 
         ports.doctor = HostDoctor(ports.units, ports.gpu, ports.ledger)
@@ -133,12 +126,38 @@ class Daemon:
             retry_after_s=self.config.daemon.retry_after_s,
         )
 
+    def converge(self) -> None:
+        """At start, before the first decision: recover from a switch the previous daemon did not
+        finish (docs/reliability.md), and close every other unfinished ledger row."""
+        from .switch import recovery
+
+        ov = self.keeper.override
+        fire = self.schedule.in_effect(datetime.now(timezone.utc)) if self.schedule is not None else None
+        plan = recovery.prepare(
+            self.switcher, ov.backend if ov else None, fire.target if fire else None, self.log
+        )
+        for row_id in self.components.ports.ledger.mark_interrupted(datetime.now(timezone.utc)):
+            self.log.warning(
+                "switch_interrupted",
+                ledger_id=row_id,
+                detail="found unfinished at start: the daemon died mid-switch",
+            )
+        if plan is None:
+            return
+        if plan.give_up:
+            self.keeper.halt(
+                f"recovery gave up after {recovery.MAX_RECOVERIES} interrupted attempts: every backend is "
+                "stopped; `gpushift switch BACKEND` or `gpushift resume` to bring one back"
+            )
+        else:
+            recovery.start(self.switcher, plan, self.log)
+
     # ------------------------------------------------------------ Backend protocol (D-Bus calls)
 
     def status(self) -> dict[str, Any]:
         cur = self.switcher.current()
         daemon = {
-            "state": "switching" if cur else "idle",
+            "state": ("recovering" if cur.trigger is Trigger.RECOVERY else "switching") if cur else "idle",
             "running": True,
             "pid": os.getpid(),
             "version": __version__,
@@ -322,6 +341,10 @@ class Daemon:
         )
         self._start_scheduler()
         self.notify.ready()
+        try:
+            self.converge()  # a switch the previous daemon died in: converge before anything decides
+        except Exception as e:  # the start's edge: log it, keep serving requests and the schedule
+            self.log.exception("recovery_failed", error=repr(e))
         self._tick(Trigger.RECONCILE)  # boot or crash restart: bring up what the schedule wants
         self._update_status_line()
         self._last_offset = time.time() - time.monotonic()

@@ -70,6 +70,12 @@ class NothingToCancel(GpushiftError):
     dbus_suffix = "NothingToCancel"
 
 
+class CancelRefused(NothingToCancel):
+    """The switch in flight cannot be cancelled now (it is rolling back to what served before)."""
+
+    dbus_suffix = "CancelRefused"
+
+
 class SystemdError(GpushiftError):
     """systemd refused or failed a job we asked for (translated at the adapter's edge)."""
 

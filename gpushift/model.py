@@ -56,7 +56,9 @@ class Outcome(StrEnum):
     ROLLED_BACK = "rolled_back"  # target failed, previous backend serves again
     REFUSED = "refused"  # preflight said no; nothing was touched
     INTERRUPTED = "interrupted"  # the daemon died mid-switch; found at the next start
-    CANCELLED = "cancelled"  # a person aborted it (gpushift cancel)
+    CANCELLED = "cancelled"  # a person aborted it (gpushift cancel) before anything was touched
+    CRASHED = "crashed"  # the serving backend exited by itself (any exit status)
+    UNHEALTHY = "unhealthy"  # the serving backend stopped answering its health URL
 
 
 class Trigger(StrEnum):
@@ -68,6 +70,7 @@ class Trigger(StrEnum):
     RECONCILE = "reconcile"
     EXTERNAL = "external"  # somebody used systemctl behind gpushift's back
     ROLLBACK = "rollback"
+    RECOVERY = "recovery"  # the daemon converging after its own restart, a crash or a wedged backend
 
 
 class Mode(StrEnum):

@@ -119,6 +119,21 @@ class Host(Protocol):
         ...
 
 
+class RunStore(Protocol):
+    """Where the switch in flight is written down, so that a daemon that restarts in the middle
+    of it can converge (``SwitchRun.to_dict()``)."""
+
+    def save(self, run: dict[str, Any]) -> None:
+        """Write atomically and durably (fsync) before returning; raise OSError when it cannot."""
+        ...
+
+    def load(self) -> dict[str, Any] | None:
+        """The unfinished run left by a previous daemon, or None."""
+        ...
+
+    def clear(self) -> None: ...
+
+
 #: The preflight doctor: (config, target, GPU facts) → findings (``gpushift check``'s rules).  The
 #: config is an L2 type, which this L1 module does not import.
 Doctor = Callable[[Any, str, HostGpuFacts], Sequence[Any]]
@@ -135,3 +150,4 @@ class Ports:
     host: Host
     clock: Clock
     doctor: Doctor | None = None
+    runs: RunStore | None = None

@@ -86,7 +86,10 @@ def build(
         if not tolerate_no_bus:
             raise
         units = UnreachableUnits(f"systemd not reachable: {e}")
+    from .adapters.runstore import JsonRunStore
+
     ports = Ports(
+        runs=JsonRunStore(config.daemon.state_dir, config.daemon.runtime_dir),
         units=units,
         gpu=make_gpu(config),
         probe=HttpBackendProbe(),

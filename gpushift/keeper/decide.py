@@ -13,8 +13,9 @@ The rules, in order:
    in the ledger, never undone before then — except a backend whose unit *failed* by itself, which
    is adopted as "off" so that the schedule brings it back;
 3. in ``schedule`` mode, the backend in effect (the entry that fired most recently at or before
-   now) is switched to, unless this boundary already failed ``max_attempts`` times or the last
-   failure is more recent than ``retry_after_s``.
+   now) is switched to, unless this boundary already failed ``max_attempts`` times, the last
+   failure is more recent than ``retry_after_s``, or a person cancelled the switch (then it waits
+   for the next boundary or ``gpushift resume``).
 
 A clock jump is nothing special: it is a snapshot with a different ``now``.
 """
@@ -39,14 +40,21 @@ class Attempts:
     failures: int = 0
     last_failure_mono: float = 0.0
     last_message: str = ""
+    cancelled_by: str | None = None  # a person cancelled it: no retry before the next boundary
 
 
-def after_result(attempts: Attempts | None, ok: bool, message: str, ended_mono: float) -> Attempts | None:
+def after_result(
+    attempts: Attempts | None, ok: bool, message: str, ended_mono: float, cancelled_by: str | None = None
+) -> Attempts | None:
     """The attempts once a scheduled switch of the keeper's has ended."""
     if ok or attempts is None:
         return attempts
     return replace(
-        attempts, failures=attempts.failures + 1, last_failure_mono=ended_mono, last_message=message[:300]
+        attempts,
+        failures=attempts.failures + 1,
+        last_failure_mono=ended_mono,
+        last_message=message[:300],
+        cancelled_by=cancelled_by,
     )
 
 
@@ -178,13 +186,19 @@ def decide(s: Snapshot) -> Decision:
     a, blocked = s.attempts, s.blocked
     if a is None or a.fire_at != fire.at or a.target != wants:
         a, blocked = Attempts(fire.at, wants), None
-    if a.failures >= s.max_attempts:
+    if a.failures >= s.max_attempts or a.cancelled_by is not None:
         nxt = s.schedule.next_boundary(s.now)
         when = nxt.at.isoformat() if nxt else "never"
-        blocked = (
-            f"gave up switching to {wants} after {a.failures} failed attempts "
-            f"(last: {a.last_message}); waiting for the next boundary ({when}) or a person"
-        )
+        if a.cancelled_by is not None:
+            blocked = (
+                f"the switch to {wants} was cancelled by {a.cancelled_by}; waiting for the next boundary "
+                f"({when}) or `gpushift resume`"
+            )
+        else:
+            blocked = (
+                f"gave up switching to {wants} after {a.failures} failed attempts "
+                f"(last: {a.last_message}); waiting for the next boundary ({when}) or a person"
+            )
         return Decision(tuple(actions), blocked, a, blocked)
     since_failure = s.mono - a.last_failure_mono
     if a.failures and since_failure < s.retry_after_s:

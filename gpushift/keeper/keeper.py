@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ..errors import GpushiftError, SwitchInProgress
-from ..model import OFF, Caller, EventKind, Mode, Trigger, UnitState
+from ..model import OFF, Caller, EventKind, Mode, OverrideSource, Trigger, UnitState
 from ..schedule import Schedule
 from ..switch import Event, SwitchResult
 from .decide import Adopt, Attempts, Log, RecordExternal, SetOverride, Snapshot, Switch, after_result, decide
@@ -115,6 +115,14 @@ class Keeper:
             ov = after_failed_manual(self.override, backend, actual)
             if ov is not None:
                 self._set_override(ov)
+
+    def halt(self, why: str) -> Override:
+        """Hold every backend off until a person acts (recovery gave up): persisted, shown in status."""
+        with self._lock:
+            ov = Override(Mode.HOLD, OFF, None, "gpushift", self.now(), why, OverrideSource.MANUAL)
+            self._set_override(ov)
+            self.blocked = why
+            return ov
 
     def resume(self, caller: Caller) -> str:
         """Back to the schedule at once (switching if needed)."""

@@ -5,7 +5,8 @@
 · ``machine`` (the Switcher: one switch at a time, on a worker thread).
 """
 
+from . import recovery
 from .machine import Listener, Switcher
 from .run import Event, StepFailed, SwitchResult, SwitchRun
 
-__all__ = ["Event", "Listener", "StepFailed", "SwitchResult", "SwitchRun", "Switcher"]
+__all__ = ["Event", "Listener", "StepFailed", "SwitchResult", "SwitchRun", "Switcher", "recovery"]

@@ -41,6 +41,7 @@ def close(
         durations_s=dict(rec.durations_s),
         touched=run.touched,
         error=error,
+        cancelled_by=run.cancelled_by,
     )
 
 
@@ -56,6 +57,8 @@ class FailurePolicy:
         rec.failed_phase = f.phase.value
         rec.message = f.message
         rec.systemd_result = f.systemd_result
+        if run.cancelled_by is not None:
+            rec.extra["cancelled_by"] = run.cancelled_by
         self.log.warning("switch_failed", ticket=run.ticket, phase=f.phase.value, message=f.message)
         error = VramNotReleased.dbus_name() if f.vram else SwitchFailed.dbus_name()
         if not run.touched:
@@ -68,6 +71,12 @@ class FailurePolicy:
             # The old backend may still run: touch nothing more, say so.
             rec.outcome = Outcome.FAILED.value
             return close(steps, run, rec, False, error)
+        previous = run.stopping[0] if run.stopping else None
+        rollback = config.daemon.on_failure == "rollback" and previous is not None
+        if rollback:
+            assert previous is not None
+            steps.guard.begin_rollback(run, previous)  # from here on a cancel is refused: the way back
+            steps.persist(run)  # a daemon that dies now recovers to the rollback's destination
         # The target must not be left half-started (a failed unit is stopped, its state kept).
         if target is not None and steps.ports.units.state(target.unit).running:
             steps.report(run, Phase.ROLLBACK, f"stopping {target.unit}")
@@ -77,8 +86,7 @@ class FailurePolicy:
                 rec.outcome = Outcome.FAILED.value
                 rec.message = f"{f.message}; then {f2.message}"
                 return close(steps, run, rec, False, error)
-        previous = run.stopping[0] if run.stopping else None
-        if config.daemon.on_failure != "rollback" or previous is None:
+        if not rollback or previous is None:
             rec.outcome = Outcome.FAILED.value
             why = "failure policy is 'stay'" if previous else "nothing ran before"
             rec.message = f"{f.message}; {why}: every backend stays stopped"
@@ -91,12 +99,10 @@ class FailurePolicy:
         """The previous backend again, through the same gate."""
         steps = self.steps
         prev = config.backends[previous]
-        run.rollback_to = previous
         steps.report(run, Phase.ROLLBACK, f"rolling back to {previous}")
         rollback: dict[str, object] = {"to": previous}
         rec.extra["rollback"] = rollback
         watched = gate_gpus(config, previous, [], steps.all_gpus())
-        run.cancel_requested_by = None  # a cancel stops the switch, not the way back
         try:
             try:
                 steps.wait_released(run, config, watched, f"for the rollback to {previous}")

@@ -30,7 +30,7 @@ from ..ports import Ports
 from .failure import FailurePolicy, close
 from .preflight import Preflight, already_there
 from .run import Event, StepFailed, SwitchResult, SwitchRun
-from .steps import Steps
+from .steps import RunGuard, Steps
 
 Listener = Callable[[Event], None]
 
@@ -63,10 +63,11 @@ class Switcher:
         self.listeners: list[Listener] = [listener] if listener else []
         self.log = log if log is not None else _NullLog()
         self.version = version
-        self.steps = Steps(self.ports, self._report, self._beat)
+        self._guard = RunGuard()
+        self._lock = self._guard.lock
+        self.steps = Steps(self.ports, self._guard, self._report, self._beat)
         self.preflight = Preflight(self.steps, self.log, version)
         self.failure = FailurePolicy(self.steps, self.log)
-        self._lock = threading.Lock()
         self._run: SwitchRun | None = None
         self._worker: threading.Thread | None = None
         self._results: dict[str, SwitchResult] = {}
@@ -168,8 +169,16 @@ class Switcher:
         caller: Caller,
         trigger: Trigger = Trigger.MANUAL,
         skip_drain: bool = False,
+        *,
+        relaunch: bool = False,
+        verify_running: bool = False,
+        recovery_attempt: int = 0,
     ) -> str:
         """Queue a switch to ``target`` and return its ticket at once.
+
+        ``relaunch``: a running target is stopped and started again through the whole gate
+        (``gpushift switch X --restart``).  ``verify_running``: a running target is not taken as
+        done but health-checked and its launch recorded (crash recovery).
 
         Raises:
             UnknownBackend: ``target`` is neither a configured backend nor ``off``.
@@ -197,6 +206,9 @@ class Switcher:
                 started_at=clock.now(),
                 started_mono=clock.monotonic(),
                 skip_drain=skip_drain,
+                relaunch=relaunch and target != OFF,
+                verify_running=verify_running,
+                recovery_attempt=recovery_attempt,
             )
             self._run = run
             self._worker = threading.Thread(
@@ -206,12 +218,14 @@ class Switcher:
         return run.ticket
 
     def cancel(self, caller: Caller) -> str:
-        """Ask the switch in flight to stop; the failure policy then applies.  Returns its ticket."""
+        """Ask the switch in flight to stop.  Before its first stop it simply ends (nothing changed);
+        after it the failure policy applies; during a rollback it is refused.  Returns its ticket."""
         with self._lock:
-            if self._run is None:
-                raise NothingToCancel("no switch is running")
-            self._run.cancel_requested_by = caller.user
-            return self._run.ticket
+            run = self._run
+        if run is None:
+            raise NothingToCancel("no switch is running")
+        self._guard.request_cancel(run, caller.user)
+        return run.ticket
 
     # ----------------------------------------------------------------- the worker
 
@@ -243,12 +257,23 @@ class Switcher:
         self._results[run.ticket] = result
         while len(self._results) > _KEEP_RESULTS:  # a long-running daemon keeps only recent ones
             del self._results[next(iter(self._results))]
+        self._forget(run)
         with self._lock:
             self._run = None
             self._established = result.established_after(self._established)
         self.log.info("switch_finished", **result.to_dict())
         elapsed = self.ports.clock.monotonic() - run.started_mono
         self._emit(Event(run.ticket, EventKind.FINISHED, Phase.DONE, result.message, elapsed, result))
+
+    def _forget(self, run: SwitchRun) -> None:
+        """The run has ended (its row is complete): nothing is left to recover."""
+        runs = self.ports.runs
+        if runs is None:
+            return
+        try:
+            runs.clear()
+        except OSError as e:
+            self.log.error("run_store_clear_failed", ticket=run.ticket, error=str(e))
 
     def _crashed(self, run: SwitchRun, rec: SwitchRecord | None, e: Exception) -> SwitchResult:
         self.log.exception("switch_crashed", ticket=run.ticket, error=repr(e))
@@ -285,7 +310,7 @@ class Switcher:
         running = self.running_backends(config)
         with self._lock:
             run.previous = list(running)
-        msg = already_there(target, running)
+        msg = None if run.relaunch or run.verify_running else already_there(target, running)
         if msg is not None:
             return SwitchResult(
                 ticket=run.ticket,
@@ -296,6 +321,7 @@ class Switcher:
                 message=msg,
                 already=True,
             )
+        steps.persist(run)  # from here until the row is complete, a restarted daemon converges from it
         plan = self.preflight.plan(run, config, running)
         rec = plan.record
         rec_box.append(rec)
@@ -313,9 +339,11 @@ class Switcher:
         rec.id = self.ports.ledger.begin(rec)
         with self._lock:
             run.ledger_id = rec.id
+        steps.persist(run)
 
         target_cfg = plan.target
         try:
+            steps.check_cancel(run, Phase.INTENT)  # a cancel during the preflight ends it here
             # --- drain
             t0 = clock.monotonic()
             drains = [steps.drain(run, config, config.backends[b]) for b in plan.to_stop]
@@ -325,11 +353,16 @@ class Switcher:
             # --- stop
             t0 = clock.monotonic()
             for b in plan.to_stop:
+                steps.check_cancel(run, Phase.STOP)
                 steps.stop(run, config, config.backends[b])
             rec.durations_s["stop"] = round(clock.monotonic() - t0, 3)
+            # A cancel that came during a stop job is not lost: the stops are done, so it is honoured
+            # as the gate begins (the failure policy brings the previous backend back).
+            steps.check_cancel(run, Phase.RELEASE)
             if plan.target_running and target_cfg is not None:
-                # The target already runs (beside the others just stopped): its own memory stays,
-                # so there is nothing to release and nothing to start; prove it answers.
+                # The target already runs (beside the others just stopped, or found running by a
+                # recovery): its own memory stays, so there is nothing to release and nothing to
+                # start; prove it answers.
                 steps.wait_ready(run, config, target_cfg, rec.durations_s)
             else:
                 # --- VRAM gate
@@ -338,8 +371,12 @@ class Switcher:
                 rec.vram["released"] = [r.to_dict() for r in released]
                 rec.durations_s["release"] = round(clock.monotonic() - t0, 3)
                 if target_cfg is not None:
+                    steps.check_cancel(run, Phase.RELEASE)
+                    steps.persist(run)
                     steps.start_and_wait(run, config, target_cfg, rec.durations_s)
             if target_cfg is not None:
+                steps.persist(run)
+                steps.check_cancel(run, Phase.READY)
                 st = self.ports.units.state(target_cfg.unit)
                 rec.vram["ready"] = [r.to_dict() for r in steps.readings(plan.watched)]
                 # --- version and the launch as it really runs

@@ -54,7 +54,8 @@ class Preflight:
         """Gather the facts, fill the record, and decide whether the switch may go ahead."""
         ports = self.ports
         target = run.target
-        to_stop = [b for b in running if b != target]
+        # --restart: the target itself is stopped and started again through the gate.
+        to_stop = [b for b in running if b != target or run.relaunch]
         watched = gate_gpus(config, target, to_stop, self.steps.all_gpus())
         rec = SwitchRecord(
             trigger=run.trigger.value,
@@ -69,8 +70,12 @@ class Preflight:
         )
         if len(running) > 1:
             rec.extra["running_before"] = running
+        if run.relaunch:
+            rec.extra["relaunch"] = True
+        if run.recovery_attempt:
+            rec.extra["recovery_attempt"] = run.recovery_attempt
         target_cfg = config.backends.get(target) if target != OFF else None
-        plan = Plan(rec, running, to_stop, watched, target_cfg, target in running)
+        plan = Plan(rec, running, to_stop, watched, target_cfg, target in running and not run.relaunch)
         if target_cfg is not None:
             st = ports.units.state(target_cfg.unit)
             rec.unit = target_cfg.unit

@@ -54,12 +54,16 @@ class SwitchRun:
     started_mono: float
     uid: int | None = None
     skip_drain: bool = False
+    relaunch: bool = False  # the target runs: stop it and start it again through the gate (--restart)
+    verify_running: bool = False  # the target runs: prove it answers and record its launch (recovery)
+    recovery_attempt: int = 0  # recoveries in a row (the daemon died during the previous ones)
     phase: Phase = Phase.PREFLIGHT
     detail: str = ""
     previous: list[str] = field(default_factory=list)  # backends running when it began
     stopping: list[str] = field(default_factory=list)  # those this run stops
     touched: bool = False  # something was stopped or started
-    cancel_requested_by: str | None = None
+    cancel_requested_by: str | None = None  # asked for and not yet honoured
+    cancelled_by: str | None = None  # honoured: the switch ended (or rolled back) because of it
     ledger_id: int | None = None
     rollback_to: str | None = None  # set once the failure policy rolls back
 
@@ -85,6 +89,8 @@ class SwitchRun:
             "elapsed_s": round(now_mono - self.started_mono, 1),
             "ledger_id": self.ledger_id,
             "cancel_requested_by": self.cancel_requested_by,
+            "rollback_to": self.rollback_to,
+            "recovery_attempt": self.recovery_attempt,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,12 +104,16 @@ class SwitchRun:
             "started_mono": self.started_mono,
             "uid": self.uid,
             "skip_drain": self.skip_drain,
+            "relaunch": self.relaunch,
+            "verify_running": self.verify_running,
+            "recovery_attempt": self.recovery_attempt,
             "phase": self.phase.value,
             "detail": self.detail,
             "previous": list(self.previous),
             "stopping": list(self.stopping),
             "touched": self.touched,
             "cancel_requested_by": self.cancel_requested_by,
+            "cancelled_by": self.cancelled_by,
             "ledger_id": self.ledger_id,
             "rollback_to": self.rollback_to,
         }
@@ -120,12 +130,16 @@ class SwitchRun:
             started_mono=float(d.get("started_mono", 0.0)),
             uid=None if d.get("uid") is None else int(d["uid"]),
             skip_drain=bool(d.get("skip_drain", False)),
+            relaunch=bool(d.get("relaunch", False)),
+            verify_running=bool(d.get("verify_running", False)),
+            recovery_attempt=int(d.get("recovery_attempt", 0)),
             phase=Phase(d.get("phase", Phase.PREFLIGHT.value)),
             detail=str(d.get("detail", "")),
             previous=[str(x) for x in d.get("previous") or []],
             stopping=[str(x) for x in d.get("stopping") or []],
             touched=bool(d.get("touched", False)),
             cancel_requested_by=d.get("cancel_requested_by"),
+            cancelled_by=d.get("cancelled_by"),
             ledger_id=None if d.get("ledger_id") is None else int(d["ledger_id"]),
             rollback_to=d.get("rollback_to"),
         )
@@ -150,6 +164,7 @@ class SwitchResult:
     error: str | None = None
     already: bool = False  # the target was already serving: nothing to do
     internal_error: bool = False  # a bug ended the switch
+    cancelled_by: str | None = None  # a person's cancel ended it (then it rolled back or stopped)
 
     def established_after(self, before: str | None) -> str | None:
         """What runs after this switch, as far as gpushift made it so (None: ask systemd)."""
@@ -187,6 +202,8 @@ class SwitchResult:
             out["already"] = True
         if self.internal_error:
             out["internal_error"] = True
+        if self.cancelled_by:
+            out["cancelled_by"] = self.cancelled_by
         return out
 
 

@@ -8,10 +8,12 @@ fails, belong to :mod:`gpushift.switch.machine` and :mod:`gpushift.switch.failur
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config import BackendConfig, Config
+from ..errors import CancelRefused
 from ..model import GpuReading, Phase, SwitchRecord, UnitState
 from ..policy import gate
 from ..ports import Ports
@@ -21,11 +23,45 @@ from .run import StepFailed, SwitchRun
 Report = Callable[[SwitchRun, Phase, str], None]
 
 
+class RunGuard:
+    """The lock around the run in flight, and the changes other threads make to it: a person's
+    cancel request (D-Bus thread) meets the worker's phases here."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def request_cancel(self, run: SwitchRun, who: str) -> None:
+        """Ask ``run`` to stop at its next check; refused once it rolls back."""
+        with self.lock:
+            if run.rollback_to is not None:
+                raise CancelRefused(
+                    f"switch {run.ticket} is rolling back to {run.rollback_to} after it failed: a rollback "
+                    "cannot be cancelled (it is the way back to a serving backend)"
+                )
+            run.cancel_requested_by = who
+
+    def take_cancel(self, run: SwitchRun) -> str | None:
+        """The pending cancel request, now honoured (recorded as ``cancelled_by``); None if none."""
+        with self.lock:
+            who = run.cancel_requested_by
+            if who is not None:
+                run.cancel_requested_by = None
+                run.cancelled_by = who
+            return who
+
+    def begin_rollback(self, run: SwitchRun, to: str) -> None:
+        """From here on a cancel is refused; a request that came after the failure is moot."""
+        with self.lock:
+            run.rollback_to = to
+            run.cancel_requested_by = None
+
+
 class Steps:
     """The steps, bound to the ports and to the switcher's progress report and heartbeat."""
 
-    def __init__(self, ports: Ports, report: Report, beat: Callable[[], None]) -> None:
+    def __init__(self, ports: Ports, guard: RunGuard, report: Report, beat: Callable[[], None]) -> None:
         self.ports = ports
+        self.guard = guard
         self.report = report
         self.beat = beat
 
@@ -38,10 +74,26 @@ class Steps:
         return tuple(r.index for r in self.ports.gpu.read(None))
 
     def check_cancel(self, run: SwitchRun, phase: Phase) -> None:
-        """Raise the cancellation when somebody asked for it (called between polls)."""
+        """Honour a cancel request (called between polls and between phases): the request becomes
+        the run's ``cancelled_by`` and the step fails."""
         self.beat()
-        if run.cancel_requested:
-            raise StepFailed(phase, f"cancelled by {run.cancel_requested_by or 'a person'}", cancelled=True)
+        who = self.guard.take_cancel(run)
+        if who is not None:
+            raise StepFailed(phase, f"cancelled by {who}", cancelled=True)
+
+    def persist(self, run: SwitchRun) -> None:
+        """Write the run down (before a stop, before a start, after ready, at a rollback): a daemon
+        that dies here converges from it at its next start.  A store that cannot be written is
+        logged by the caller's report and never fails the switch."""
+        runs = self.ports.runs
+        if runs is None:
+            return
+        with self.guard.lock:
+            data = run.to_dict()
+        try:
+            runs.save(data)
+        except OSError as e:
+            self.report(run, run.phase, f"warning: cannot write the switch down for crash recovery: {e}")
 
     # ------------------------------------------------------------------ steps
 

@@ -667,6 +667,27 @@ class FakeLedger:
         return {"state": "ok", "pending": 0, "error": None}
 
 
+class FakeRunStore:
+    """The run store in memory; every save and clear goes on the shared timeline."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+        self.data: dict[str, Any] | None = None
+        self.saves: list[dict[str, Any]] = []
+
+    def save(self, run: dict[str, Any]) -> None:
+        self.data = copy.deepcopy(run)
+        self.saves.append(self.data)
+        self.log.add("runs.save", run["ticket"], run["phase"])
+
+    def load(self) -> dict[str, Any] | None:
+        return copy.deepcopy(self.data)
+
+    def clear(self) -> None:
+        self.data = None
+        self.log.add("runs.clear")
+
+
 class FakeHost:
     """``/proc/PID/cmdline`` per pid, and the launch description of a unit."""
 
@@ -774,7 +795,10 @@ class World:
             self.probe.set_health(self.config.backends[name].health_url, ok_after=0, unit=unit)
         self.events: list[Event] = []
         self._events_lock = threading.Lock()
-        self.ports = Ports(self.units, self.gpu, self.probe, self.ledger, self.host, self.clock)
+        self.runs = FakeRunStore(self.log)
+        self.ports = Ports(
+            self.units, self.gpu, self.probe, self.ledger, self.host, self.clock, runs=self.runs
+        )
         self.switcher = Switcher(self.config, self.ports, listener=self._listen, version="0.0.0-test")
 
     # --- helpers

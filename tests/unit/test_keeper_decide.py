@@ -164,3 +164,13 @@ def test_decide_unknown_established_adopts_what_runs() -> None:
 def test_decide_without_schedule_only_follows_people() -> None:
     d = decide(snap(schedule=None, now=utc(2, 12) + timedelta(days=3)))
     assert d.actions == () and d.summary == "day serves (no schedule)"
+
+
+def test_decide_cancelled_scheduled_switch_waits_for_the_next_boundary() -> None:
+    a = after_result(Attempts(utc(2, 20), "night"), False, "cancelled by carol", 1000.0, cancelled_by="carol")
+    d = decide(snap(now=utc(2, 20, 5), mono=5000.0, attempts=a))  # long after the retry spacing
+    assert switches(d) == []
+    assert d.blocked is not None and "cancelled by carol" in d.blocked and "gpushift resume" in d.blocked
+    # the next boundary is a new attempt
+    d = decide(snap(now=utc(3, 8), attempts=a, running=("night",), established="night"))
+    assert switches(d) == [("day", Trigger.RECONCILE)]
