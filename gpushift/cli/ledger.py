@@ -24,8 +24,8 @@ from .. import cmdline
 from ..redact import redact_argv
 
 if TYPE_CHECKING:
-    from ..adapters.ledger import SqliteLedger
     from ..config import Config
+    from ..ledger import SqliteLedger
     from ..model import SwitchRecord
 
 OUTCOMES = ("pending", "ok", "failed", "rolled_back", "refused", "interrupted", "cancelled")
@@ -46,8 +46,8 @@ class _Fail(Exception):
 
 
 def _open(ctx: click.Context) -> tuple[Config, SqliteLedger]:
-    from ..adapters.ledger import SqliteLedger
     from ..config import load
+    from ..ledger import SqliteLedger
 
     obj = ctx.obj if isinstance(ctx.obj, dict) else {}
     config = load(obj.get("config_path"))

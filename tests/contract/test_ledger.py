@@ -24,8 +24,10 @@ from typing import Any
 
 import pytest
 
-from gpushift.adapters import ledger as ledger_mod
-from gpushift.adapters.ledger import SCHEMA_VERSION, SqliteLedger, row_hash
+from gpushift.ledger import SqliteLedger
+from gpushift.ledger.chain import CHAIN_COLUMNS, GENESIS_HASH, row_hash
+from gpushift.ledger.schema import SCHEMA_VERSION, migrate
+from gpushift.ledger.spool import SPOOL_SUBDIR
 from gpushift.model import SwitchRecord
 
 T0 = datetime(2025, 3, 1, 8, 0, tzinfo=timezone.utc)
@@ -101,7 +103,7 @@ def rows(db: Path) -> list[tuple[Any, ...]]:
 
 
 def spool_files(run: Path) -> list[str]:
-    d = run / ledger_mod.SPOOL_SUBDIR
+    d = run / SPOOL_SUBDIR
     return sorted(os.listdir(d)) if d.exists() else []
 
 
@@ -243,7 +245,7 @@ _CRASHER = textwrap.dedent(
     """
     import os, signal, sqlite3, sys
     from datetime import datetime, timedelta, timezone
-    from gpushift.adapters.ledger import SqliteLedger
+    from gpushift.ledger import SqliteLedger
     from gpushift.model import SwitchRecord
 
     db, run, pages = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -316,12 +318,12 @@ def test_ledger_replay_of_a_spool_file_that_survived_its_commit_adds_no_row(path
     led.begin(rec)
     finish(led, rec)
     (name,) = spool_files(run)
-    saved = (run / ledger_mod.SPOOL_SUBDIR / name).read_bytes()
+    saved = (run / SPOOL_SUBDIR / name).read_bytes()
     disk.pages = None
     assert led.flush_pending() == 1
     led.close()
     # A crash after the COMMIT but before the spool file was removed: the file is still there.
-    (run / ledger_mod.SPOOL_SUBDIR / name).write_bytes(saved)
+    (run / SPOOL_SUBDIR / name).write_bytes(saved)
     SqliteLedger(db, run, log=Log()).close()
     assert rows(db) == [(1, "ticket-0", "ok"), (2, "ticket-1", "ok")]
     assert spool_files(run) == []
@@ -420,10 +422,10 @@ def test_ledger_verify_names_the_row_edited_with_sqlite3_tool(paths: tuple[Path,
 def _recompute_chain(db: Path) -> None:
     """What a careful forger does after an edit: recompute every hash in order."""
     with sqlite3.connect(db) as c:
-        prev = ledger_mod.GENESIS_HASH
-        cols = ", ".join(ledger_mod.CHAIN_COLUMNS)
+        prev = GENESIS_HASH
+        cols = ", ".join(CHAIN_COLUMNS)
         for row in c.execute(f"SELECT {cols} FROM switches ORDER BY id").fetchall():
-            values = dict(zip(ledger_mod.CHAIN_COLUMNS, row, strict=True))
+            values = dict(zip(CHAIN_COLUMNS, row, strict=True))
             values["prev_hash"] = prev
             prev = row_hash(values)
             c.execute(
@@ -561,7 +563,7 @@ def test_ledger_migrates_a_version_1_database(paths: tuple[Path, Path]) -> None:
     old.id = 1
     old.outcome = "ok"
     conn = sqlite3.connect(db, isolation_level=None)
-    ledger_mod.migrate(conn, target=1)
+    migrate(conn, target=1)
     d = old.to_dict()
     conn.execute(
         "INSERT INTO switches (id, ticket, started_at, trigger, requested_by, uid, reason, from_backend, "
@@ -599,7 +601,7 @@ def test_ledger_read_only_view_of_a_version_1_database_lists_rows(paths: tuple[P
     db, run = paths
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db, isolation_level=None)
-    ledger_mod.migrate(conn, target=1)
+    migrate(conn, target=1)
     d = make_record(1).to_dict()
     conn.execute(
         "INSERT INTO switches (id, started_at, trigger, requested_by, reason, to_backend, outcome, record) "
@@ -667,7 +669,7 @@ def test_ledger_spool_files_are_0640(paths: tuple[Path, Path]) -> None:
     finally:
         os.umask(old_umask)
     (name,) = spool_files(run)
-    assert (run / ledger_mod.SPOOL_SUBDIR / name).stat().st_mode & 0o777 == 0o640
+    assert (run / SPOOL_SUBDIR / name).stat().st_mode & 0o777 == 0o640
 
 
 def test_ledger_missing_group_is_not_an_error(paths: tuple[Path, Path]) -> None:
@@ -728,7 +730,7 @@ def test_ledger_record_the_database_refuses_is_set_aside_not_stalling_the_rest(
 
 def test_ledger_damaged_spool_files_are_set_aside(paths: tuple[Path, Path]) -> None:
     db, run = paths
-    spool = run / ledger_mod.SPOOL_SUBDIR
+    spool = run / SPOOL_SUBDIR
     spool.mkdir(parents=True)
     (spool / "aaaa.json").write_text("{not json")
     (spool / "bbbb.json").write_text(json.dumps({"uuid": "bbbb", "seq": 1, "row_id": "3", "record": {}}))
