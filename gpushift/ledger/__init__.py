@@ -2,14 +2,16 @@
 
 Modules, one job each:
 
-* ``schema``  the SQL schema, its versions and migrations;
+* ``schema``  the SQL schema, its versions and migrations, opening the database;
 * ``chain``   the row hash, the head file, verify;
 * ``spool``   records the database could not take, under the runtime directory;
 * ``rows``    a ``SwitchRecord`` as the values of a row, and back;
 * ``files``   the private files beside the database (modes, group, atomic replacement);
 * ``reader``  the read side: read-only connection, queries, verify;
 * ``store``   ``SqliteLedger``, the ``Ledger`` port: writes that never lose a record;
-* ``reports`` what ``gpushift ledger`` shows beyond raw rows (show, diff, exports).
+* ``diff``    what changed between two launches of a backend;
+* ``reports`` what ``gpushift ledger`` shows beyond raw rows (list, show, exports);
+* ``text``    how ledger values read for a person (times, sizes, command lines).
 """
 
 from __future__ import annotations
