@@ -25,8 +25,9 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from gpushift.adapters import ledger as ledger_mod
-from gpushift.adapters.ledger import SqliteLedger
+from gpushift.ledger import SqliteLedger
+from gpushift.ledger.chain import GENESIS_HASH, ROW_COLUMNS, row_hash
+from gpushift.ledger.rows import row_values
 from gpushift.model import SwitchRecord
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,15 +143,14 @@ def build(db: Path, run: Path, rows: int) -> float:
     t = time.monotonic()
     SqliteLedger(db, run, log=lambda event, **kw: None).close()  # creates and migrates
     t0 = datetime(2000, 1, 1, tzinfo=timezone.utc)
-    cols = ledger_mod.CHAIN_COLUMNS + ("hash",)
-    sql = f"INSERT INTO switches ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-    prev = ledger_mod.GENESIS_HASH
+    sql = f"INSERT INTO switches ({', '.join(ROW_COLUMNS)}) VALUES ({', '.join('?' * len(ROW_COLUMNS))})"
+    prev = GENESIS_HASH
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN")
     for i in range(1, rows + 1):
-        values = ledger_mod._row_values(sample_record(i, t0).to_dict(), i, f"bench-{i:08d}", prev)
-        values["hash"] = prev = ledger_mod.row_hash(values)
-        conn.execute(sql, [values[c] for c in cols])
+        values = row_values(sample_record(i, t0).to_dict(), i, f"bench-{i:08d}", prev)
+        values["hash"] = prev = row_hash(values)
+        conn.execute(sql, [values[c] for c in ROW_COLUMNS])
     conn.execute("COMMIT")
     conn.close()
     (db.parent / "ledger.head").write_text(json.dumps({"id": rows, "hash": prev}))

@@ -35,7 +35,7 @@ def make_gpu(config: Config) -> GpuProbe:
 
 
 def make_ledger(config: Config, log: Any = None, readonly: bool = False) -> Ledger:
-    from .adapters.ledger import SqliteLedger
+    from .ledger import SqliteLedger
 
     if readonly:
         return SqliteLedger.open_readonly(config.ledger_path, spool_dir=config.daemon.runtime_dir)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +117,9 @@ def shared_dir() -> Iterator[str]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def ledger_paths(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A ledger database file and a runtime directory for its spool (neither exists yet)."""
+    yield tmp_path / "state" / "ledger.db", tmp_path / "run"

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from gpushift.adapters.ledger import SPOOL_SUBDIR, SqliteLedger
-from gpushift.cli.ledger import diff_records, ledger, parse_since
+from gpushift.cli.ledger import ledger, parse_since
+from gpushift.ledger import SqliteLedger
+from gpushift.ledger.reports import diff_records
+from gpushift.ledger.spool import SPOOL_SUBDIR
 from gpushift.model import SwitchRecord
 
 T0 = datetime(2025, 3, 1, 8, 0, tzinfo=timezone.utc)

@@ -1,0 +1,310 @@
+"""The hash chain that makes tampering with the ledger evident.
+
+Each row stores ``prev_hash`` and ``hash`` = sha256 over a canonical serialisation of every other
+column (including ``prev_hash``), so editing any column of any row breaks that row's hash.  The head
+(last id + hash) is also kept outside the database in a head file (``ledger.head`` next to the
+database, replaced atomically and fsynced) and in the log line of each write, so that recomputing the
+whole chain after an edit is caught too: the head no longer matches.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .files import write_file_atomic
+from .rows import now_iso
+
+#: ``prev_hash`` of the first row.
+GENESIS_HASH = "0" * 64
+
+#: Versions the hash input; a later migration that changes the columns re-links with a new tag.
+HASH_TAG = "gpushift-ledger-row-v2"
+
+# Every column but ``hash``, in the order they enter the hash.  Changing this list needs a
+# migration that re-links the chain under a new HASH_TAG.
+CHAIN_COLUMNS: tuple[str, ...] = (
+    "id",
+    "uuid",
+    "ticket",
+    "started_at",
+    "finished_at",
+    "trigger",
+    "requested_by",
+    "uid",
+    "reason",
+    "from_backend",
+    "to_backend",
+    "outcome",
+    "failed_phase",
+    "message",
+    "unit",
+    "backend_version",
+    "gpushift_version",
+    "record",
+    "prev_hash",
+)
+
+#: Every column of a chained row, ``hash`` last.
+ROW_COLUMNS: tuple[str, ...] = CHAIN_COLUMNS + ("hash",)
+
+
+def _canon_value(v: Any) -> Any:
+    # A column edited with the sqlite3 tool may hold a BLOB; verify must name the row, not crash.
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return "blob:" + bytes(v).hex()
+    return v
+
+
+def row_hash(values: Mapping[str, Any]) -> str:
+    """sha256 of a row's canonical serialisation: every chained column, in a fixed order, as JSON.
+
+    JSON keeps SQLite's types apart (``1000`` vs ``"1000"`` vs ``1000.0``), so changing a value's
+    type is an edit too.
+    """
+    import hashlib  # here, not at the top: `gpushift ledger` (reads only) starts faster without it
+
+    payload = [HASH_TAG] + [_canon_value(values.get(c)) for c in CHAIN_COLUMNS]
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def select_chain_row(conn: sqlite3.Connection, row_id: int) -> dict[str, Any]:
+    """Every column of row ``row_id`` by name (empty when there is no such row)."""
+    cur = conn.execute(f"SELECT {', '.join(ROW_COLUMNS)} FROM switches WHERE id = ?", (row_id,))
+    row = cur.fetchone()
+    return dict(zip(ROW_COLUMNS, row, strict=True)) if row else {}
+
+
+def _rows_from(conn: sqlite3.Connection, row_id: int) -> list[dict[str, Any]]:
+    """Row ``row_id`` and every row after it, by name, oldest first."""
+    sql = f"SELECT {', '.join(ROW_COLUMNS)} FROM switches WHERE id >= ? ORDER BY id"
+    return [dict(zip(ROW_COLUMNS, r, strict=True)) for r in conn.execute(sql, (row_id,))]
+
+
+def db_head(conn: sqlite3.Connection) -> dict[str, Any]:
+    """The database's end of the chain: ``{"id", "hash"}`` of its last row (id 0 when empty)."""
+    last = conn.execute("SELECT id, hash FROM switches ORDER BY id DESC LIMIT 1").fetchone()
+    return {"id": last[0], "hash": last[1]} if last else {"id": 0, "hash": GENESIS_HASH}
+
+
+def segment_intact(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """True when every row of ``rows`` matches its hash and links to the one before it."""
+    prev: str | None = None
+    for r in rows:
+        if prev is not None and r["prev_hash"] != prev:
+            return False
+        if row_hash(r) != r["hash"]:
+            return False
+        prev = r["hash"]
+    return True
+
+
+def insert_row(conn: sqlite3.Connection, values: dict[str, Any]) -> dict[str, Any]:
+    """Append a row (``values``: every chained column, ``prev_hash`` the head's hash); return the new head."""
+    values["hash"] = row_hash(values)
+    conn.execute(
+        f"INSERT INTO switches ({', '.join(ROW_COLUMNS)}) VALUES ({', '.join('?' * len(ROW_COLUMNS))})",
+        [values[c] for c in ROW_COLUMNS],
+    )
+    return {"id": values["id"], "hash": values["hash"]}
+
+
+def rewrite_row(conn: sqlite3.Connection, values: dict[str, Any], head: HeadFile) -> dict[str, Any]:
+    """Rewrite row ``values["id"]`` in place; re-link the rows after it when it is not the newest.
+
+    The rows after it are re-linked only when that part of the chain verifies; otherwise the tamper
+    alarm is raised and they are left alone, so that a rewrite never blesses an edit made behind
+    gpushift's back.  Returns the new head.
+    """
+    row_id = values["id"]
+    rows = _rows_from(conn, row_id)
+    intact = segment_intact(rows)
+    if not intact:
+        head.raise_alarm(
+            f"rows from {row_id} on did not verify when gpushift rewrote row {row_id} (edited outside "
+            f"gpushift)"
+        )
+    values["prev_hash"] = rows[0]["prev_hash"]
+    values["hash"] = row_hash(values)
+    sets = ", ".join(f"{c} = ?" for c in ROW_COLUMNS[1:])
+    conn.execute(f"UPDATE switches SET {sets} WHERE id = ?", [values[c] for c in ROW_COLUMNS[1:]] + [row_id])
+    if len(rows) == 1:
+        return {"id": row_id, "hash": values["hash"]}
+    if not intact:
+        # Leave the successors alone: re-linking them would hide the edit verify must report.
+        return {"id": rows[-1]["id"], "hash": rows[-1]["hash"]}
+    head.emit("info", "ledger_relinked", rewritten=row_id, rows_after=len(rows) - 1)
+    prev = values["hash"]
+    for r in rows[1:]:
+        r["prev_hash"] = prev
+        prev = row_hash(r)
+        conn.execute(
+            "UPDATE switches SET prev_hash = ?, hash = ? WHERE id = ?", (r["prev_hash"], prev, r["id"])
+        )
+    return {"id": rows[-1]["id"], "hash": prev}
+
+
+def same_head(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    if not a or not b:
+        return False
+    return a.get("id") == b.get("id") and a.get("hash") == b.get("hash")
+
+
+# --------------------------------------------------------------------------- the head file
+
+
+class HeadFile:
+    """The head of the chain kept outside the database, and the tamper alarm.
+
+    Args:
+        path: the file (``ledger.head`` next to the database by default).
+        group: the group given to the file when it is written.
+        emit: where log lines go (``emit(level, event, **fields)``).
+    """
+
+    def __init__(self, path: str, group: str | None, emit: Callable[..., None]) -> None:
+        self.path = path
+        self.group = group
+        self.emit = emit
+        #: ``{"at", "what"}`` once the file disagreed with the database; written into every later
+        #: head, it stands until a person removes it from the file.
+        self.alarm: dict[str, Any] | None = None
+
+    def read(self) -> dict[str, Any] | None:
+        """The file's content; None when it does not exist, an ``error`` entry when unreadable."""
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            return {"id": None, "hash": None, "error": f"unreadable: {e}"}
+        return data if isinstance(data, dict) else {"id": None, "hash": None, "error": "not an object"}
+
+    def write(self, head: Mapping[str, Any], prev: Mapping[str, Any] | None) -> None:
+        """Name ``head``; ``prev`` is the head before a write that is not yet committed."""
+        data: dict[str, Any] = {"id": head["id"], "hash": head["hash"], "written_at": now_iso()}
+        if prev is not None and not same_head(head, prev):
+            data["prev"] = {"id": prev["id"], "hash": prev["hash"]}
+        if self.alarm is not None:
+            data["alarm"] = self.alarm
+        write_file_atomic(self.path, (json.dumps(data, indent=1) + "\n").encode(), self.group)
+
+    def raise_alarm(self, what: str) -> None:
+        if self.alarm is None:
+            self.alarm = {"at": now_iso(), "what": what}
+        self.emit("error", "ledger_tamper_alarm", what=what)
+
+    def check(self, head: Mapping[str, Any]) -> None:
+        """Raise the alarm unless the file names the database's ``head`` (or the one just before it)."""
+        hf = self.read()
+        if hf is not None and (same_head(head, hf) or same_head(head, hf.get("prev"))):
+            return
+        if hf is None:
+            if head["id"] == 0:
+                return
+            what = f"the head file {self.path} was missing while the database has rows up to {head['id']}"
+        else:
+            what = (
+                f"the head file named row {hf.get('id')} hash {str(hf.get('hash'))[:16]} but the database "
+                f"ended at row {head['id']} hash {head['hash'][:16]}"
+            )
+        self.raise_alarm(what)
+
+    def check_at_open(self, head: Mapping[str, Any], migrated: bool) -> None:
+        """At the writer's first open: write a missing head for a new/migrated database, complete
+        an interrupted head update, or raise the alarm when the file disagrees."""
+        hf = self.read()
+        if hf is not None and isinstance(hf.get("alarm"), dict):
+            self.alarm = hf["alarm"]  # an alarm stands until a person removes it
+        if hf is None and (migrated or head["id"] == 0):
+            # A new database, or one just migrated from version 1 (a chain, but never a head file).
+            self.write(head, None)
+            return
+        self.check(head)
+        if hf is not None and same_head(head, hf.get("prev")):
+            # The last write was cut off between writing the head and its COMMIT: settle it.
+            self.write(head, None)
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What ``verify()`` found.  ``first_bad_id`` names the first row that fails, when one does."""
+
+    ok: bool
+    rows: int
+    first_bad_id: int | None = None
+    problem: str | None = None
+    head: dict[str, Any] = field(default_factory=dict)  # the database's last row: id, hash
+    head_file: dict[str, Any] | None = None
+
+    def describe(self) -> str:
+        """One line for a person."""
+        if self.ok:
+            h = self.head
+            return f"ledger ok: {self.rows} rows, head row {h.get('id')} hash {str(h.get('hash'))[:16]}"
+        return f"ledger verify FAILED: {self.problem}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "rows": self.rows,
+            "first_bad_id": self.first_bad_id,
+            "problem": self.problem,
+            "head": self.head,
+            "head_file": self.head_file,
+        }
+
+
+def verify_rows(conn: sqlite3.Connection, head_file: dict[str, Any] | None, head_path: str) -> VerifyResult:
+    """Check every row's hash and link, oldest first, then the head file against the last row."""
+    prev_hash = GENESIS_HASH
+    prev_id: int | None = None
+    count = 0
+    for row in conn.execute(f"SELECT {', '.join(ROW_COLUMNS)} FROM switches ORDER BY id"):
+        values = dict(zip(ROW_COLUMNS, row, strict=True))
+        count += 1
+        rid = values["id"]
+        if values["prev_hash"] != prev_hash:
+            after = f"row {prev_id}" if prev_id is not None else "the start of the chain"
+            problem = (
+                f"row {rid}: does not link to {after} (a row before it was rewritten, or rows "
+                f"between them were removed)"
+            )
+            return VerifyResult(False, count, rid, problem, {}, head_file)
+        if row_hash(values) != values["hash"]:
+            problem = f"row {rid}: its content does not match its hash (edited outside gpushift)"
+            return VerifyResult(False, count, rid, problem, {}, head_file)
+        prev_hash, prev_id = values["hash"], rid
+    head = {"id": prev_id or 0, "hash": prev_hash}
+    head_problem = _head_problem(head, head_file, count, head_path)
+    if head_problem:
+        return VerifyResult(False, count, None, head_problem, head, head_file)
+    return VerifyResult(True, count, None, None, head, head_file)
+
+
+def _head_problem(
+    head: dict[str, Any], head_file: dict[str, Any] | None, rows: int, head_path: str
+) -> str | None:
+    if head_file is None:
+        if rows == 0:
+            return None
+        return f"the head file {head_path} is missing (the chain cannot be checked against it)"
+    if head_file.get("alarm"):
+        a = head_file["alarm"]
+        return f"the head file records an alarm from {a.get('at')}: {a.get('what')}"
+    if same_head(head, head_file) or same_head(head, head_file.get("prev")):
+        # "prev": the write that named this head was interrupted before its commit finished.
+        return None
+    return (
+        f"the head file names row {head_file.get('id')} hash {str(head_file.get('hash'))[:16]} "
+        f"but the database ends at row {head['id']} hash {head['hash'][:16]} (the database was "
+        f"changed or its chain recomputed outside gpushift)"
+    )

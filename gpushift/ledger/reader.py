@@ -1,0 +1,276 @@
+"""Reading the ledger: the read-only connection, the queries, verify.
+
+The read side of :class:`~gpushift.ledger.store.SqliteLedger`, which adds the writes.  A reader
+opens the database with ``mode=ro`` on its own connection (WAL: readers never block the writer)
+and shows records still pending in the spool beside the rows; ``gpushift ledger`` uses nothing
+else.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import os
+import sqlite3
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from ..errors import LedgerError
+from ..model import OFF, SwitchRecord
+from .chain import GENESIS_HASH, HeadFile, VerifyResult, verify_rows
+from .rows import record_from_dict, utc_text
+from .schema import connect_reader, schema_version
+from .spool import Spool
+
+_R = TypeVar("_R", bound="LedgerReader")
+
+
+class LedgerReader:
+    """The queries over one ledger database and its pending spool: the read side of ``SqliteLedger``.
+
+    Args:
+        db_path: the database file.
+        head: its head file.
+        spool: its pending spool (a reader's view, or the writer's).
+        lock_timeout_s: how long a read waits for a lock.
+    """
+
+    #: The log (see ``SqliteLedger``); None: structlog's ``gpushift.ledger`` logger, at first use.
+    _log: Any = None
+
+    def __init__(self, db_path: str, head: HeadFile, spool: Spool, lock_timeout_s: float) -> None:
+        self.db_path = db_path
+        self.head_path = head.path
+        self.lock_timeout_s = lock_timeout_s
+        self._head = head
+        self._spool = spool
+        self._rlock = threading.Lock()
+        self._rconn: sqlite3.Connection | None = None
+        self._landed: dict[int, int] = {}  # provisional id -> real id, once replayed
+
+    @property
+    def spool_dir(self) -> str | None:
+        """The directory of pending record files (``<runtime dir>/ledger-pending``), if any."""
+        return self._spool.dir
+
+    def close(self) -> None:
+        """Close the read connection (a later read reopens it)."""
+        with self._rlock:
+            if self._rconn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._rconn.close()
+                self._rconn = None
+
+    def __enter__(self: _R) -> _R:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- queries
+
+    def last(self) -> SwitchRecord | None:
+        """The newest switch (a pending spooled record counts)."""
+        rows = self.list(limit=1)
+        return rows[0] if rows else None
+
+    def get(self, row_id: int) -> SwitchRecord | None:
+        """One switch by id (a provisional id finds a pending record, or the row it became)."""
+        if row_id < 0 and row_id in self._landed:
+            row_id = self._landed[row_id]
+        for entry in self._spool.entries():
+            # A pending finish is newer than the row's begin in the database.
+            if row_id in (entry.get("provisional_id"), entry.get("row_id")):
+                return record_from_dict(entry["record"], row_id)
+        if row_id < 0:
+            return None
+        with self._reader() as conn:
+            if conn is None:
+                return None
+            row = conn.execute("SELECT id, record FROM switches WHERE id = ?", (row_id,)).fetchone()
+        if row is None:
+            return None
+        return record_from_dict(json.loads(row[1]), row[0])
+
+    def list(
+        self,
+        limit: int = 20,
+        backend: str | None = None,
+        since: datetime | None = None,
+        outcome: str | None = None,
+        **filters: Any,
+    ) -> builtins.list[SwitchRecord]:
+        """Newest first.  ``backend`` matches rows switching to or away from it; ``since`` is an
+        instant (naive = UTC) compared with ``started_at``; pending spooled records are included."""
+        if filters:
+            raise TypeError(f"unknown ledger filter(s): {', '.join(sorted(filters))}")
+        since_text = utc_text(since) if since is not None else None
+        where: builtins.list[str] = []
+        args: builtins.list[Any] = []
+        if backend is not None:
+            where.append("(to_backend = ? OR from_backend = ?)")
+            args += [backend, backend]
+        if since_text is not None:
+            where.append("started_at >= ?")
+            args.append(since_text)
+        if outcome is not None:
+            where.append("outcome = ?")
+            args.append(outcome)
+        sql = "SELECT id, record FROM switches"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(int(limit))
+        out = [record_from_dict(json.loads(text), rid) for rid, text in self._fetch(sql, args)]
+        pending = []
+        for rec in self.pending_records():
+            if backend is not None and backend not in (rec.to_backend, rec.from_backend):
+                continue
+            if since_text is not None and (utc_text(rec.started_at) or "") < since_text:
+                continue
+            if outcome is not None and rec.outcome != outcome:
+                continue
+            pending.append(rec)
+        if pending:
+            # A pending record supersedes its own (older) row in the database.
+            pending_ids = {r.id for r in pending if r.id is not None and r.id > 0}
+            out = [r for r in out if r.id not in pending_ids] + pending
+            out.sort(key=lambda r: (utc_text(r.started_at) or "", r.id or 0), reverse=True)
+        return out[: int(limit)]
+
+    def iter_all(self) -> Iterator[SwitchRecord]:
+        """Every row in the database, oldest first (for export), read in batches."""
+        last = 0
+        while True:
+            batch = self._fetch("SELECT id, record FROM switches WHERE id > ? ORDER BY id LIMIT 500", (last,))
+            for rid, text in batch:
+                yield record_from_dict(json.loads(text), rid)
+            if len(batch) < 500:
+                return
+            last = batch[-1][0]
+
+    def iter_to(self, backend: str) -> Iterator[SwitchRecord]:
+        """Switches to ``backend``, newest first (pending spooled ones first), read in batches."""
+        pending = [r for r in self.pending_records() if r.to_backend == backend]
+        seen = {r.id for r in pending}
+        yield from reversed(pending)
+        last = None
+        sql: str
+        args: tuple[Any, ...]
+        while True:
+            if last is None:
+                sql, args = (
+                    "SELECT id, record FROM switches WHERE to_backend = ? ORDER BY id DESC LIMIT 50",
+                    (backend,),
+                )
+            else:
+                sql = "SELECT id, record FROM switches WHERE to_backend = ? AND id < ? ORDER BY id DESC LIMIT 50"
+                args = (backend, last)
+            batch = self._fetch(sql, args)
+            for rid, text in batch:
+                if rid not in seen:
+                    yield record_from_dict(json.loads(text), rid)
+            if len(batch) < 50:
+                return
+            last = batch[-1][0]
+
+    def backends(self) -> builtins.list[str]:
+        """Every backend some switch went to (``off`` left out), by name."""
+        names = {r[0] for r in self._fetch("SELECT DISTINCT to_backend FROM switches", ())}
+        names |= {r.to_backend for r in self.pending_records()}
+        names.discard(OFF)
+        return sorted(names)
+
+    def pending_records(self) -> builtins.list[SwitchRecord]:
+        """Records waiting in the spool, oldest first."""
+        return [
+            record_from_dict(e["record"], e.get("row_id") or e.get("provisional_id"))
+            for e in self._spool.entries()
+        ]
+
+    def _fetch(self, sql: str, args: Sequence[Any]) -> builtins.list[Any]:
+        with self._reader() as conn:
+            return conn.execute(sql, args).fetchall() if conn is not None else []
+
+    # ----------------------------------------------------------------- verify
+
+    def verify(self) -> VerifyResult:
+        """Check every row's hash and link, then the head file against the last row.
+
+        Returns the first bad row (``first_bad_id``) and what is wrong with it.  Never raises.
+        """
+        head_file = self._head.read()
+        try:
+            return self._verify(head_file)
+        except LedgerError as e:
+            return VerifyResult(False, 0, None, str(e), {}, head_file)
+
+    def _verify(self, head_file: dict[str, Any] | None) -> VerifyResult:
+        with self._reader() as conn:
+            if conn is None:
+                if head_file and head_file.get("id"):
+                    problem = (
+                        f"the database {self.db_path} is missing but the head file "
+                        f"names row {head_file.get('id')}"
+                    )
+                    return VerifyResult(False, 0, None, problem, {}, head_file)
+                return VerifyResult(True, 0, None, None, {"id": 0, "hash": GENESIS_HASH}, head_file)
+            try:
+                version = schema_version(conn)
+                if version < 2:
+                    problem = (
+                        f"the database is at schema version {version} (no hash chain yet); the daemon "
+                        f"migrates it when it next starts"
+                    )
+                    return VerifyResult(False, 0, None, problem, {}, head_file)
+                return verify_rows(conn, head_file, self.head_path)
+            except sqlite3.Error as e:
+                return VerifyResult(False, 0, None, f"cannot read the database: {e}", {}, head_file)
+
+    # ----------------------------------------------------------------- the read connection
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection | None]:
+        """A connection for reading (``None`` when the database does not exist yet)."""
+        with self._rlock:
+            if self._rconn is None:
+                if not os.path.exists(self.db_path):
+                    yield None
+                    return
+                self._rconn = connect_reader(self.db_path, self.lock_timeout_s)
+            try:
+                yield self._rconn
+            except sqlite3.Error as e:
+                with contextlib.suppress(sqlite3.Error):
+                    self._rconn.close()
+                self._rconn = None
+                raise LedgerError(f"cannot read the ledger {self.db_path}: {e}") from None
+
+    # ----------------------------------------------------------------- logging
+
+    def _emit(self, level: str, event: str, **fields: Any) -> None:
+        """One structured log line through ``log`` (see ``SqliteLedger``); never raises."""
+        log = self._log
+        if log is None:
+            import structlog  # imported here: the read-only CLI never logs, and it must start fast
+
+            log = self._log = structlog.get_logger("gpushift.ledger")
+        logging = sys.modules.get("logging")  # a stdlib Logger implies the module is loaded
+        try:
+            if logging is not None and isinstance(log, logging.Logger):
+                log.log(
+                    getattr(logging, level.upper(), logging.INFO),
+                    "%s %s",
+                    event,
+                    json.dumps(fields, sort_keys=True, default=str),
+                )
+            elif hasattr(log, level):
+                getattr(log, level)(event, **fields)
+            else:
+                log(event, level=level, **fields)
+        except Exception:  # noqa: BLE001 - a broken logger must not cost a ledger write
+            pass

@@ -1,0 +1,258 @@
+"""The pending spool: records the database could not take, kept until it can.
+
+One JSON file per record under ``<runtime dir>/ledger-pending/`` (another filesystem than the
+database: ``/run``), written atomically and fsynced, and the same entries in memory.  An entry carries
+the record's key (the ``uuid`` column) so that landing it twice updates one row, and ``seq``, the
+time of its first attempt, which orders the replay.  A file that is not an entry this code wrote, or
+a record the database refuses for what it is, is set aside as ``<name>.bad`` for a person, out of the
+replay's way; the log line says where.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .files import DIR_MODE, fsync_dir, write_file_atomic
+from .rows import now_iso, record_json
+
+#: Subdirectory of the runtime directory holding one JSON file per pending record.
+SPOOL_SUBDIR = "ledger-pending"
+
+#: ``emit(level, event, **fields)``: one structured log line.
+Emit = Callable[..., None]
+
+
+class Spool:
+    """Pending records, in memory and (when there is a runtime directory) on disk.
+
+    Args:
+        runtime_dir: the runtime directory (``/run/gpushift``); ``None`` keeps records in memory only.
+        group: the group given to the spool files.
+        emit: where log lines go (``emit(level, event, **fields)``).
+        readonly: a reader's view (``gpushift ledger``): the files are read afresh at every look,
+            never written, removed or set aside.
+    """
+
+    def __init__(self, runtime_dir: str | None, group: str | None, emit: Emit, readonly: bool) -> None:
+        self.dir = os.path.join(runtime_dir, SPOOL_SUBDIR) if runtime_dir is not None else None
+        self.group = group
+        self.readonly = readonly
+        self._emit = emit
+        self._pending: dict[str, dict[str, Any]] = {}  # key -> entry
+        self._next_provisional = -1
+        # Guards _pending against readers on other threads (status): they must never wait for the
+        # ledger's write lock, which a write holds while SQLite waits up to its lock timeout.
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- in memory
+
+    def load(self) -> list[dict[str, Any]]:
+        """Read the spool directory (oldest first); a writer keeps the entries as pending."""
+        entries = self.read_dir()
+        if not self.readonly:
+            with self._lock:
+                for entry in entries:
+                    self._pending[entry["uuid"]] = entry
+                    pid = entry.get("provisional_id")
+                    if isinstance(pid, int) and pid < 0:
+                        self._next_provisional = min(self._next_provisional, pid - 1)
+        return entries
+
+    def new_provisional_id(self) -> int:
+        """The id of a record that is only here: negative, unique within the spool."""
+        pid = self._next_provisional
+        self._next_provisional -= 1
+        return pid
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The pending entries, oldest first (a reader reads the directory afresh)."""
+        if self.readonly:
+            return self.read_dir()  # the daemon may land them any moment
+        with self._lock:
+            return sorted(self._pending.values(), key=lambda e: e["seq"])
+
+    def items(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(key, entry)`` of every pending record, in no particular order."""
+        with self._lock:
+            return list(self._pending.items())
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self._pending.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pending
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def queue(
+        self,
+        key: str,
+        d: Mapping[str, Any],
+        row_id: int | None,
+        provisional_id: int | None,
+        op: str,
+        error: BaseException | None,
+    ) -> None:
+        """Keep record ``d`` that could not be written: in memory, in its file, and in the log.
+
+        It replaces an earlier entry of the same key and keeps that entry's place in the replay.
+        """
+        prev = self._pending.get(key)
+        entry = {
+            "format": 1,
+            "uuid": key,
+            "seq": prev["seq"] if prev else time.time_ns(),  # keeps the order of first attempts
+            "op": op,
+            "row_id": row_id,
+            "provisional_id": provisional_id,
+            "queued_at": now_iso(),
+            "error": f"{type(error).__name__}: {error}" if error is not None else (prev or {}).get("error"),
+            "record": dict(d),
+        }
+        with self._lock:
+            self._pending[key] = entry
+        spooled = self._write_file(entry)
+        # The journal line carries the whole record: the last resort if /run is lost too.
+        self._emit(
+            "warning",
+            "ledger_pending",
+            uuid=key,
+            op=op,
+            id=row_id or provisional_id,
+            error=entry["error"],
+            pending=len(self._pending),
+            spool=spooled,
+            record=entry["record"],
+        )
+
+    def flush(
+        self,
+        write: Callable[[str, dict[str, Any]], int],
+        landed: Callable[[str, dict[str, Any], int], None],
+        unavailable: Callable[[BaseException], bool],
+    ) -> int:
+        """Write every pending record through ``write``, oldest first; return how many were set aside.
+
+        ``landed(key, entry, row_id)`` is told of each record that is in the database; it is then
+        no longer pending and its file is removed.  When ``unavailable(error)`` says the database
+        cannot be written at all, the error is raised and the rest stays pending; a record it
+        refuses for what it is (retrying will not help) is set aside so that it does not stall the
+        records after it.
+        """
+        quarantined = 0
+        for key, entry in sorted(self.items(), key=lambda kv: kv[1]["seq"]):
+            try:
+                row_id = write(key, entry)
+            except Exception as e:  # noqa: BLE001 - sorted below: unavailable, or this record
+                if unavailable(e):
+                    raise
+                self._set_aside(key, e)
+                quarantined += 1
+                continue
+            landed(key, entry, row_id)
+            with self._lock:
+                del self._pending[key]
+            self._unlink(key)
+        return quarantined
+
+    def _set_aside(self, key: str, e: BaseException) -> None:
+        with self._lock:
+            entry = self._pending.pop(key)
+        path = self._file(key)
+        kept = None
+        if path is not None and os.path.exists(path):
+            with contextlib.suppress(OSError):
+                os.replace(path, path + ".bad")
+                kept = path + ".bad"
+        self._emit(
+            "error",
+            "ledger_record_quarantined",
+            uuid=key,
+            error=f"{type(e).__name__}: {e}",
+            kept=kept,
+            record=entry.get("record"),
+        )
+
+    # ----------------------------------------------------------------- files
+
+    def _file(self, key: str) -> str | None:
+        return os.path.join(self.dir, f"{key}.json") if self.dir else None
+
+    def _write_file(self, entry: Mapping[str, Any]) -> str | None:
+        """Write ``entry`` to its file; return the path (None: no spool directory, or it failed)."""
+        path = self._file(entry["uuid"])
+        if path is None or self.dir is None:
+            return None
+        try:
+            os.makedirs(self.dir, mode=DIR_MODE, exist_ok=True)
+            write_file_atomic(path, record_json(entry).encode("utf-8"), self.group)
+        except OSError as e:
+            self._emit("error", "ledger_spool_failed", path=path, error=str(e))
+            return None
+        return path
+
+    def _unlink(self, key: str) -> None:
+        path = self._file(key)
+        if path is None or self.dir is None:
+            return
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            # Harmless for correctness (a replay updates the same row), but say so.
+            self._emit("warning", "ledger_spool_unlink_failed", path=path, error=str(e))
+        fsync_dir(self.dir)
+
+    def read_dir(self) -> list[dict[str, Any]]:
+        """Every entry in the spool directory, oldest first; damaged files are set aside."""
+        if not self.dir:
+            return []
+        try:
+            names = os.listdir(self.dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            self._emit("error", "ledger_spool_unreadable", path=self.dir, error=str(e))
+            return []
+        out = []
+        for name in names:
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            path = os.path.join(self.dir, name)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    entry = json.load(f)
+                check_entry(entry, name[: -len(".json")])
+                out.append(entry)
+            except (OSError, ValueError) as e:
+                # Kept for a person, out of the replay's way; the log line says where.
+                self._emit("error", "ledger_spool_bad_file", path=path, error=str(e))
+                if not self.readonly:
+                    with contextlib.suppress(OSError):
+                        os.replace(path, path + ".bad")
+        out.sort(key=lambda e: e["seq"])
+        return out
+
+
+def check_entry(entry: Any, key: str) -> None:
+    """Raise ValueError unless ``entry`` is a spool entry this code wrote."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
+        raise ValueError("not a pending ledger record")
+    if entry.setdefault("uuid", key) != key:
+        raise ValueError(f"its uuid {entry.get('uuid')!r} does not match the file name")
+    entry.setdefault("seq", 0)
+    for k in ("seq",):
+        if not isinstance(entry[k], int) or isinstance(entry[k], bool):
+            raise ValueError(f"{k} is not an integer")
+    for k in ("row_id", "provisional_id"):
+        v = entry.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ValueError(f"{k} is not an integer")

@@ -1,0 +1,81 @@
+"""How ledger values read for a person: times, durations, sizes, hashes, command lines, table cells."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from .. import cmdline
+from ..model import SwitchRecord
+from ..redact import redact_argv
+
+
+def local_time(dt: datetime | None, seconds: bool = False) -> str:
+    """Local time without its offset, for a terminal (``2025-03-02 08:00``)."""
+    if dt is None:
+        return "-"
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def stamp(dt: datetime | None) -> str:
+    """Local time with its offset, for files that travel (``2025-03-02 08:00 +0800``)."""
+    if dt is None:
+        return "-"
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone().strftime("%Y-%m-%d %H:%M %z")
+
+
+def duration(rec: SwitchRecord) -> str:
+    """How long the switch took (``41.0s``, ``12m``; ``-`` while it runs)."""
+    if rec.finished_at is None or rec.started_at is None:
+        return "-"
+    s = (rec.finished_at - rec.started_at).total_seconds()
+    return f"{s:.1f}s" if s < 600 else f"{s / 60:.0f}m"
+
+
+def size(n: Any) -> str:
+    """Bytes in binary units (``4.36 GiB``); ``?`` when not a number."""
+    if not isinstance(n, (int, float)):
+        return "?"
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n / f:.2f} {unit}"
+    return f"{n} B"
+
+
+def short(h: Any, n: int = 12) -> str:
+    """The first ``n`` characters of a hash or fingerprint (``-`` when there is none)."""
+    return str(h)[:n] if h else "-"
+
+
+def command_line(argv: Sequence[str], wrap: bool = False) -> str:
+    """The command a person reads: credentials masked, shell-quoted."""
+    return cmdline.join(redact_argv(argv), wrap)
+
+
+def one_line(s: Any, width: int = 0) -> str:
+    """``s`` on one line, cut to ``width`` characters with an ellipsis (0: not cut)."""
+    text = " ".join(str(s or "").split())
+    if width and len(text) > width:
+        text = text[: width - 1] + "…"
+    return text
+
+
+def md(text: Any) -> str:
+    """Text safe inside a markdown table cell or list item."""
+    return one_line(text).replace("|", "\\|").replace("`", "'") or "-"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; the last column (a reason, say) is not padded."""
+    cells = [list(r) for r in rows]
+    widths = [len(h) for h in headers]
+    for r in cells:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
+    return "\n".join(fmt.format(*r).rstrip() for r in [list(headers)] + cells)
