@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import GpushiftError, LedgerError
+from ..model import Outcome
 
 if TYPE_CHECKING:
     from ..config import Config
     from ..ledger import SqliteLedger
 
-OUTCOMES = ("pending", "ok", "failed", "rolled_back", "refused", "interrupted", "cancelled")
+OUTCOMES = tuple(o.value for o in Outcome)
 
 
 class _LedgerGroup(click.Group):
