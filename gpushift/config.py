@@ -57,6 +57,9 @@ class GpuConfig:
     # Uncorrectable ECC errors a person examined and accepted, by GPU UUID.  NVML's aggregate count
     # never goes down, so without this one old error would refuse every launch forever.
     accepted_ecc_uncorrected: Mapping[str, int] = field(default_factory=dict)
+    # GPUs whose new UUID a person accepted after a card was replaced or the bus reordered: until
+    # then a GPU whose UUID changed since the last launch keeps every switch on it refused.
+    accepted_gpu_uuids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,12 @@ class _Reader:
             )
         return dict(v)
 
+    def strings(self, d: Mapping[str, Any], where: str, key: str) -> tuple[str, ...]:
+        v = d.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            raise self.err(f"{where}.{key}", f'expected a list of strings (e.g. ["GPU-1a2b…"]), got {v!r}')
+        return tuple(v)
+
     def schedule_path(self, d: Mapping[str, Any]) -> str | None:
         """``schedule``: a path; ``""`` turns the schedule off; absent means the default path."""
         if "schedule" not in d:
@@ -253,6 +262,7 @@ class _Reader:
             simulated_release_delay_s=self.number(g, "gpu", "simulated_release_delay_s", 0.5),
             simulated_dir=self.string(g, "gpu", "simulated_dir", None),
             accepted_ecc_uncorrected=self.uuid_counts(g, "gpu", "accepted_ecc_uncorrected"),
+            accepted_gpu_uuids=self.strings(g, "gpu", "accepted_gpu_uuids"),
         )
         b = self.table(data, "backends")
         backends: dict[str, BackendConfig] = {}

@@ -188,8 +188,9 @@ class GpuReading:
     """Memory on one GPU at one moment, and who has it open.
 
     ``used_mib`` is ``None`` when it could not be read; ``error`` then says why and the reading is
-    UNKNOWN.  ``holders_complete`` is False when some process's open files could not be read, so
-    the holder list may miss somebody: that too makes the reading UNKNOWN (fail closed).
+    UNKNOWN.  The holders name who has the device open; ``holders_complete`` is False when some
+    process's open files could not be read (``unreadable_pids``), so the list may miss somebody.
+    The gate decides on memory alone: the holder list explains a HELD reading, it decides nothing.
     """
 
     index: int
@@ -202,8 +203,8 @@ class GpuReading:
     unreadable_pids: tuple[int, ...] = ()
 
     def state(self, residual_mib: float) -> GateState:
-        """RELEASED only when the figure is known, complete and at or below the residual."""
-        if self.error is not None or self.used_mib is None or not self.holders_complete:
+        """RELEASED only when the memory figure is known and at or below the residual."""
+        if self.error is not None or self.used_mib is None:
             return GateState.UNKNOWN
         return GateState.RELEASED if self.used_mib <= residual_mib else GateState.HELD
 

@@ -6,11 +6,11 @@ plain values.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .config import Config
-from .model import OFF, GateState, GpuReading, Holder
+from .model import OFF, GateState, GpuReading, Holder, HostGpuFacts
 
 
 def gate_gpus(
@@ -57,18 +57,19 @@ def describe_reading(r: GpuReading, residual_mib: float, simulated: bool = False
         return f"GPU {r.index}{sim} released ({fmt_mib(r.used_mib)} used)"
     if r.error is not None:
         return f"VRAM on GPU {r.index}{sim} unknown: {r.error}"
+    unseen = ""
     if not r.holders_complete:
         pids = ", ".join(str(p) for p in r.unreadable_pids[:5])
-        return (
-            f"VRAM on GPU {r.index}{sim} unknown: cannot read the open files of pid {pids} "
-            "(run gpushift as root so every holder can be seen)"
-        )
+        unseen = f"; the open files of pid {pids} cannot be read (run gpushift as root to see every holder)"
     holders = sorted(r.holders, key=lambda h: -(h.used_mib or 0.0))
     if holders:
         who = "; ".join(_holder_phrase(h) for h in holders)
-        return f"VRAM on GPU {r.index}{sim} still held by {who} (GPU total used {fmt_mib(r.used_mib)})"
+        return (
+            f"VRAM on GPU {r.index}{sim} still held by {who} (GPU total used {fmt_mib(r.used_mib)}){unseen}"
+        )
     return (
-        f"VRAM on GPU {r.index}{sim} still held: {fmt_mib(r.used_mib)} used, no process has the device open"
+        f"VRAM on GPU {r.index}{sim} still held: {fmt_mib(r.used_mib)} used, "
+        f"no process seen with the device open{unseen}"
     )
 
 
@@ -79,19 +80,64 @@ class GateVerdict:
     open: bool
     blocking: tuple[GpuReading, ...]
     message: str
-
-    @property
-    def unknown(self) -> bool:
-        return any(r.error is not None or not r.holders_complete for r in self.blocking)
+    unknown: bool = False  # closed because something could not be read or seen, not because it is held
 
 
-def gate(readings: Sequence[GpuReading], residual_mib: float, simulated: bool = False) -> GateVerdict:
-    """Open only when EVERY watched GPU reads RELEASED; unknown never counts as released."""
+def gate(
+    readings: Sequence[GpuReading],
+    residual_mib: float,
+    simulated: bool = False,
+    expected: Collection[int] = (),
+) -> GateVerdict:
+    """Open only when EVERY watched GPU is visible and reads RELEASED.
+
+    Fails closed: an unreadable GPU (NVML error, driver gone) is never released; a GPU in
+    ``expected`` that is missing from the readings, or no reading at all (NVML lists no GPU: a
+    driver reloading, a GPU fallen off the bus), keeps the gate closed instead of passing vacuously.
+    """
+    seen = {r.index for r in readings}
+    missing = sorted(set(expected) - seen)
     blocking = tuple(r for r in readings if r.state(residual_mib) is not GateState.RELEASED)
-    if not blocking:
+    problems = [describe_reading(r, residual_mib, simulated) for r in blocking]
+    sim = " (SIMULATED)" if simulated else ""
+    problems += [f"GPU {i}{sim} is not visible (the GPU provider does not list it)" for i in missing]
+    if not readings and not missing:
+        problems.append(f"no GPU is visible{sim}: cannot prove that any VRAM was released")
+    if not problems:
         return GateVerdict(True, (), "released")
-    msg = "; ".join(describe_reading(r, residual_mib, simulated) for r in blocking)
-    return GateVerdict(False, blocking, msg)
+    unknown = (
+        bool(missing) or not readings or any(r.state(residual_mib) is GateState.UNKNOWN for r in blocking)
+    )
+    return GateVerdict(False, blocking, "; ".join(problems), unknown)
+
+
+def identity_problems(
+    facts: HostGpuFacts, known: Mapping[int, str], accepted: Collection[str], needed: Collection[int]
+) -> list[str]:
+    """GPUs whose identity does not match the last launch (fail closed, with what to do).
+
+    ``known`` is index → UUID as the last launch saw them; ``needed`` the indices a switch gates on.
+    A GPU that was seen before and is not listed now, or whose UUID changed (a replaced card, or a
+    reordered bus: the gate would watch the wrong card) is a problem until its new UUID is listed
+    in ``[gpu] accepted_gpu_uuids``.
+    """
+    now = {g.index: g.uuid for g in facts.gpus}
+    out: list[str] = []
+    for i in sorted(set(needed) | set(known)):
+        old = known.get(i)
+        if i not in now:
+            if i in needed or old is not None:
+                was = f" (it was {old} at the last launch)" if old else ""
+                out.append(
+                    f"GPU {i} is not visible{was}: the driver may be reloading or the GPU fell off the bus"
+                )
+            continue
+        if old is not None and now[i] != old and now[i] not in accepted:
+            out.append(
+                f"GPU {i} changed identity since the last launch: {old} -> {now[i]} (a replaced card or a "
+                f'reordered bus); if that is intended, add "{now[i]}" to [gpu] accepted_gpu_uuids and reload'
+            )
+    return out
 
 
 @dataclass(frozen=True)

@@ -223,16 +223,22 @@ class SimulatedGpuProbe:
                         )
                     )
                     continue
+                # Simulated memory IS the holders' memory: a holder that cannot be seen (another
+                # user's process, a hidden /proc) makes the figure unknown, never "free".
+                error = None if scan.hidden is None else f"{SIMULATED}: memory unknown: {scan.hidden}"
+                if error is None and not scan.complete:
+                    pids = ", ".join(str(p) for p in scan.unreadable[:5])
+                    error = f"{SIMULATED}: memory unknown: the open files of pid {pids} cannot be read"
                 current = float(min(self.total_mib, sum(h.used_mib or 0.0 for h in holders)))
                 readings.append(
                     GpuReading(
                         index=i,
                         name=self._name(),
                         total_mib=self.total_mib,
-                        used_mib=self._delayed(i, current, now),
+                        used_mib=None if error else self._delayed(i, current, now),
                         holders=holders,
                         holders_complete=scan.complete,
-                        error=None if scan.hidden is None else f"holders: {scan.hidden}",
+                        error=error,
                         unreadable_pids=scan.unreadable,
                     )
                 )

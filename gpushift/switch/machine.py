@@ -391,6 +391,8 @@ class Switcher:
 
         rec.outcome = Outcome.OK.value
         rec.message = f"{target} is serving" if target != OFF else "every backend stopped; GPUs free"
+        if target != OFF:
+            self.preflight.learn(rec)
         return close(steps, run, rec, True)
 
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import BackendConfig, Config
-from ..errors import SwitchFailed, VramNotReleased
-from ..model import OFF, HostGpuFacts, Phase, SwitchRecord
-from ..policy import foreign_memory, gate_gpus
+from ..errors import GpushiftError, SwitchFailed, VramNotReleased
+from ..model import OFF, HostGpuFacts, Outcome, Phase, SwitchRecord
+from ..policy import foreign_memory, gate_gpus, identity_problems
 from .run import SwitchRun
 from .steps import Steps
 
@@ -49,6 +49,31 @@ class Preflight:
         self.ports = steps.ports
         self.log = log
         self.version = version
+        self._known: dict[int, str] | None = None  # GPU index -> UUID at the last launch
+
+    def known_gpus(self) -> dict[int, str]:
+        """The GPUs as the last successful launch saw them (from the ledger, then kept up to date):
+        a GPU that vanished or changed identity since then keeps the gate closed."""
+        if self._known is None:
+            self._known = {}
+            try:
+                rows = self.ports.ledger.list(limit=50)
+            except GpushiftError as e:
+                self.log.warning("known_gpus_unreadable", error=str(e))
+                rows = []
+            for r in rows:
+                if r.outcome == Outcome.OK.value and self.learn(r):
+                    break
+        return dict(self._known)
+
+    def learn(self, rec: SwitchRecord) -> bool:
+        """Take the GPUs of a successful launch as the ones to expect from now on."""
+        facts = rec.gpu_facts or {}
+        gpus = {int(g["index"]): str(g["uuid"]) for g in facts.get("gpus") or [] if g.get("uuid")}
+        if not gpus or facts.get("error"):
+            return False
+        self._known = gpus
+        return True
 
     def plan(self, run: SwitchRun, config: Config, running: list[str]) -> Plan:
         """Gather the facts, fill the record, and decide whether the switch may go ahead."""
@@ -56,7 +81,11 @@ class Preflight:
         target = run.target
         # --restart: the target itself is stopped and started again through the gate.
         to_stop = [b for b in running if b != target or run.relaunch]
-        watched = gate_gpus(config, target, to_stop, self.steps.all_gpus())
+        known = self.known_gpus()
+        # "All GPUs" means every GPU visible now AND every GPU the last launch saw: one that fell
+        # off the bus is still watched (and, unreadable, keeps the gate closed).
+        every_gpu = sorted(set(self.steps.all_gpus()) | set(known))
+        watched = gate_gpus(config, target, to_stop, every_gpu)
         rec = SwitchRecord(
             trigger=run.trigger.value,
             requested_by=run.requested_by,
@@ -85,6 +114,13 @@ class Preflight:
                 plan.refusal = f"unit {target_cfg.unit} of backend {target} is {st.load_state}"
         facts = ports.gpu.facts()  # read once: the ledger and the doctor share it
         rec.gpu_facts = facts.to_dict()
+        if plan.refusal is None and not watched:
+            plan.refusal = "no GPU is visible: cannot prove that any VRAM will be released"
+        if plan.refusal is None:
+            problems = identity_problems(facts, known, config.gpu.accepted_gpu_uuids, watched)
+            if problems:
+                plan.refusal = "; ".join(problems)
+                plan.refusal_error = VramNotReleased.dbus_name()
         if plan.refusal is None and target_cfg is not None and ports.doctor is not None:
             plan.refusal = self._consult_doctor(run, config, facts, rec)
         before = self.steps.readings(watched)

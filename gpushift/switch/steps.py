@@ -155,7 +155,7 @@ class Steps:
         t0 = clock.monotonic()
         while True:
             readings = self.readings(watched)
-            verdict = gate(readings, config.gpu.residual_mib, simulated)
+            verdict = gate(readings, config.gpu.residual_mib, simulated, expected=watched)
             if verdict.open:
                 used = ", ".join(
                     f"GPU {r.index} {r.used_mib:.0f} MiB" for r in readings if r.used_mib is not None

@@ -105,13 +105,13 @@ def test_policy_describe_reading_unknown_says_why() -> None:
 
 
 def test_policy_describe_reading_incomplete_names_unreadable_pid_and_the_remedy() -> None:
-    msg = describe_reading(reading(1, 0.0, complete=False, unreadable=(31337,)), RESIDUAL)
-    assert "GPU 1" in msg and "unknown" in msg and "31337" in msg and "root" in msg
+    msg = describe_reading(reading(1, 2048.0, complete=False, unreadable=(31337,)), RESIDUAL)
+    assert "GPU 1" in msg and "still held" in msg and "31337" in msg and "root" in msg
 
 
 def test_policy_describe_reading_memory_without_any_holder() -> None:
     msg = describe_reading(reading(1, 2048.0), RESIDUAL)
-    assert "GPU 1" in msg and "2.0 GiB" in msg and "no process has the device open" in msg
+    assert "GPU 1" in msg and "2.0 GiB" in msg and "no process seen with the device open" in msg
 
 
 def test_policy_describe_reading_released() -> None:
@@ -146,7 +146,6 @@ def test_policy_gate_stays_closed_while_one_gpu_is_held() -> None:
         reading(1, None, error="NVML_ERROR_UNKNOWN"),
         reading(1, 0.0, error="Driver Not Loaded"),  # a figure with an error is still unknown
         reading(1, None),  # no figure, no error: still never "released"
-        reading(1, 0.0, complete=False, unreadable=(99,)),
     ],
 )
 def test_policy_gate_fails_closed_on_unknown(bad: GpuReading) -> None:
@@ -158,8 +157,24 @@ def test_policy_gate_fails_closed_on_unknown(bad: GpuReading) -> None:
 
 def test_policy_gate_unknown_flag_distinguishes_unknown_from_held() -> None:
     assert gate([reading(1, None, error="x")], RESIDUAL).unknown is True
-    assert gate([reading(1, 0.0, complete=False)], RESIDUAL).unknown is True
     assert gate([reading(1, 9000.0, (BOB,))], RESIDUAL).unknown is False
+
+
+def test_policy_gate_decides_on_memory_and_the_holder_scan_only_names() -> None:
+    # Another user's process whose fds cannot be read: memory at the residual is still released...
+    assert gate([reading(1, 0.0, complete=False, unreadable=(99,))], RESIDUAL).open is True
+    # ...and memory above it stays held, the unreadable pid named as a suspect.
+    v = gate([reading(1, 4096.0, complete=False, unreadable=(99,))], RESIDUAL)
+    assert v.open is False and "99" in v.message and not v.unknown
+
+
+def test_policy_gate_never_opens_on_nothing() -> None:
+    # NVML lists no GPU (a driver reloading, a GPU fallen off the bus): not "every GPU released".
+    v = gate([], RESIDUAL)
+    assert v.open is False and v.unknown and "no GPU is visible" in v.message
+    # A GPU the backends need that is not listed keeps the gate closed too.
+    v = gate([reading(0, 0.0)], RESIDUAL, expected=[0, 1])
+    assert v.open is False and v.unknown and "GPU 1" in v.message and "not visible" in v.message
 
 
 readings_strategy = st.lists(
@@ -175,12 +190,11 @@ readings_strategy = st.lists(
 
 
 @given(readings_strategy, st.floats(0, 1024, allow_nan=False))
-def test_policy_gate_opens_iff_every_reading_known_complete_and_small(
+def test_policy_gate_opens_iff_there_are_readings_and_every_one_is_known_and_small(
     readings: list[GpuReading], residual: float
 ) -> None:
-    expected = all(
-        r.error is None and r.used_mib is not None and r.holders_complete and r.used_mib <= residual
-        for r in readings
+    expected = bool(readings) and all(
+        r.error is None and r.used_mib is not None and r.used_mib <= residual for r in readings
     )
     v = gate(readings, residual)
     assert v.open is expected
@@ -258,7 +272,7 @@ def test_policy_foreign_memory_backend_share_unreported_only_reported_foreign_bl
 
 
 @pytest.mark.parametrize(
-    "bad", [reading(1, None, error="NVML_ERROR_UNKNOWN"), reading(1, 0.0, complete=False, unreadable=(7,))]
+    "bad", [reading(1, None, error="NVML_ERROR_UNKNOWN"), reading(1, None, complete=False, unreadable=(7,))]
 )
 def test_policy_foreign_memory_refuses_an_unreadable_gpu(bad: GpuReading) -> None:
     v = foreign_memory([bad], {DAY_UNIT}, set(), RESIDUAL)

@@ -169,12 +169,13 @@ def test_switcher_unknown_reading_in_preflight_refuses(world: Any) -> None:
     assert world.running() == ["day"]
 
 
-def test_switcher_incomplete_holder_list_refuses(world: Any) -> None:
+def test_switcher_incomplete_holder_list_decides_nothing_memory_does(world: Any) -> None:
+    # A process whose open files cannot be read is named, but the gate decides on memory: day's
+    # memory is all there is, so the switch goes ahead and the gate opens once day's VRAM is back.
     world.gpu.incomplete[1] = (31337,)
     res = world.switch("night")
-    assert res.outcome == Outcome.REFUSED.value
-    assert "31337" in res.message
-    assert world.units.calls == []
+    assert res.ok, res
+    assert world.running() == ["night"]
 
 
 def test_switcher_target_unit_not_loaded_refuses(world: Any) -> None:
