@@ -1,4 +1,4 @@
-"""L4: gathers the host facts the preflight doctor's pure rules need (gpushift/doctor.py).
+"""L4: gathers the host facts the preflight doctor's pure rules need (gpushift/doctor/).
 
 Unit commands and environments come from systemd, GPU facts from the GPU provider, listeners from
 the kernel's TCP table, model ``config.json`` files and paths from the filesystem, the last known
