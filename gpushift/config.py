@@ -119,15 +119,24 @@ def config_path(explicit: str | None = None) -> str:
     return explicit or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG_PATH
 
 
+def read_file(path: str, what: str, missing_hint: str) -> bytes:
+    """The bytes of a file gpushift is configured by (``what``: "config file", "schedule file").
+
+    Raises:
+        ConfigError: naming the file, with ``missing_hint`` when it does not exist.
+    """
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} not found ({missing_hint})") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read {what}: {e.strerror or e}") from None
+
+
 def load(path: str | None = None) -> Config:
     """Read and validate the config file."""
     p = config_path(path)
-    try:
-        raw = Path(p).read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: config file not found (set --config or ${ENV_CONFIG})") from None
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read config file: {e.strerror}") from None
+    raw = read_file(p, "config file", f"set --config or ${ENV_CONFIG}")
     return parse(raw.decode("utf-8", errors="replace"), p)
 
 

@@ -1,4 +1,4 @@
-"""L4: gathers the host facts the preflight doctor's pure rules need (gpushift/doctor.py).
+"""L4: gathers the host facts the preflight doctor's pure rules need (gpushift/doctor/).
 
 Unit commands and environments come from systemd, GPU facts from the GPU provider, listeners from
 the kernel's TCP table, model ``config.json`` files and paths from the filesystem, the last known
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from ..config import Config
 from ..errors import GpushiftError
 from ..model import Holder, HostGpuFacts, UnitState
 from ..ports import GpuProbe, Ledger, UnitControl
+from .version_command import run_version_command
 
 
 def tcp_listeners() -> dict[int, Holder]:
@@ -54,16 +54,6 @@ def _checkpoint(backend_kind: str, argv: Sequence[str], env: dict[str, str]) -> 
             return doctor.checkpoint_facts_from_config(json.load(f))
     except (OSError, ValueError):
         return None
-
-
-def _command_version(cmd: Sequence[str]) -> str | None:
-    from .http_probe import parse_version_output
-
-    try:
-        p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_version_output(p.stdout + "\n" + p.stderr)
 
 
 def _ledger_memory(ledger: Ledger | None) -> tuple[dict[str, str], dict[str, int]]:
@@ -111,7 +101,7 @@ def run_checks(
         argv = list(st.exec_start) if st else []
         version = versions.get(name)
         if probe_versions and b.version_command:
-            version = _command_version(b.version_command) or version
+            version = run_version_command(b.version_command).version or version
         inputs.append(
             doctor.BackendInput(
                 backend=b,

@@ -1,5 +1,7 @@
 """L4: the backends' HTTP endpoints — health, version, in-flight requests (for the drain).
 
+A version command (instead of a version URL) runs in :mod:`gpushift.adapters.version_command`.
+
 Stdlib only (urllib): one short request per poll, no connection kept, nothing at import.
 """
 
@@ -7,13 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 from ..model import Health, VersionInfo
+from .version_command import run_version_command
 
 # Prometheus sample lines that count requests still being served or queued.
 _INFLIGHT_METRICS = (
@@ -23,9 +25,6 @@ _INFLIGHT_METRICS = (
     "llamacpp:requests_deferred",
 )
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEInfa]+)")
-# llama-server --version (on stderr): "version: 0.6.0-dev (build 11434, commit b11434)" now,
-# "version: 6143 (0e55e3a1)" before; other lines ("built with ...") are not the version.
-_VERSION_RE = re.compile(r"^\s*version:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
@@ -63,13 +62,6 @@ def parse_slots(text: str) -> int | None:
     return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
 
 
-def parse_version_output(text: str) -> str | None:
-    """``version: 6143 (0e55e3a1)`` (llama-server --version, on stderr) → ``6143 (0e55e3a1)``;
-    ``version: 0.6.0-dev (build 11434, commit b11434)`` → that whole line after ``version:``."""
-    m = _VERSION_RE.search(text)
-    return m.group(1).strip() if m else None
-
-
 class HttpBackendProbe:
     """The :class:`gpushift.ports.BackendProbe` over HTTP."""
 
@@ -99,15 +91,8 @@ class HttpBackendProbe:
             except (urllib.error.URLError, OSError, ValueError) as e:
                 return VersionInfo(None, "url", f"error: {e}")
         if version_command:
-            try:
-                p = subprocess.run(
-                    list(version_command), capture_output=True, text=True, timeout=timeout_s, check=False
-                )
-            except (OSError, subprocess.TimeoutExpired) as e:
-                return VersionInfo(None, "command", f"error: {e}")
-            raw = (p.stdout + "\n" + p.stderr).strip()
-            first = raw.splitlines()[0] if raw else None
-            return VersionInfo(parse_version_output(raw) or first, "command", raw[:2000])
+            # Under its own timeout (VERSION_COMMAND_TIMEOUT_S): timeout_s is the HTTP request's.
+            return run_version_command(version_command)
         return VersionInfo(None, "none")
 
     def in_flight(self, backend: Any) -> int | None:

@@ -1,7 +1,7 @@
 """`gpushift check`: the preflight doctor as a command (no daemon needed).
 
 Validates the config and the schedule, reads each backend's unit from systemd and the GPU facts
-from the GPU provider, and reports every finding of the rules in gpushift/doctor.py: errors
+from the GPU provider, and reports every finding of the rules in gpushift/doctor/: errors
 (a switch to that backend would be refused) and warnings (it would run, logged and recorded).
 """
 

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpushift.adapters.http_probe import HttpBackendProbe, parse_inflight, parse_slots, parse_version_output
+from gpushift.adapters.http_probe import HttpBackendProbe, parse_inflight, parse_slots
 from gpushift.config import parse
 
 ROUTES: dict[str, tuple[int, str]] = {}
@@ -70,15 +70,12 @@ def test_http_probe_version_from_vllm_and_llama_server_props(server: str) -> Non
     assert p.version(server + "/nothing", None).version is None
 
 
-def test_http_probe_version_command_parses_llama_server_output() -> None:
+def test_http_probe_version_runs_the_version_command_when_there_is_no_url() -> None:
+    # The command itself is tested in test_version_command.py.
     p = HttpBackendProbe()
     cmd = ["sh", "-c", "echo 'load_backend: loaded CPU backend' >&2; echo 'version: 6143 (0e55e3a1)' >&2"]
     v = p.version(None, cmd)
     assert v.version == "6143 (0e55e3a1)" and v.source == "command"
-    assert parse_version_output("version: 1 (abc)\nbuilt with cc") == "1 (abc)"
-    new = "load_backend: x\nversion: 0.6.0-dev (build 11434, commit b11434)\nbuilt with GNU 12.2.0"
-    assert parse_version_output(new) == "0.6.0-dev (build 11434, commit b11434)"
-    assert parse_version_output("ggml_version is 3\nnothing here") is None
     assert p.version(None, ["/nonexistent/llama-server", "--version"]).version is None
 
 

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from gpushift import cmdline, doctor
-from gpushift.config import BackendConfig
+from gpushift.config import BACKEND_KINDS, BackendConfig
 from gpushift.doctor import (
     BackendInput,
     CheckpointFacts,
     Finding,
+    KindRules,
     check_all,
     check_backend,
     checkpoint_facts_from_config,
@@ -593,3 +594,41 @@ def test_checkpoint_facts_from_config_reads_dtype_and_quant_method() -> None:
         {"dtype": "float16", "quantization_config": {"quant_method": "FP8"}}
     ) == (CheckpointFacts("float16", "fp8"))
     assert checkpoint_facts_from_config({"quantization_config": "odd"}) == CheckpointFacts(None, None)
+
+
+# --- the table of kinds --------------------------------------------------------------------------
+
+
+def test_doctor_has_rules_for_every_kind_the_config_accepts_but_generic() -> None:
+    # A kind the config accepts but the table lacks would silently get only the common rules.
+    assert set(doctor.KINDS) == set(BACKEND_KINDS) - {"generic"}
+
+
+def test_doctor_a_kind_added_to_the_table_gets_its_rules_port_paths_and_stop_rules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[doctor.Launch] = []
+
+    def launch_rules(launch: doctor.Launch) -> list[Finding]:
+        seen.append(launch)
+        return [Finding("warning", "demo-launch", launch.name, "from the demo kind's module")]
+
+    def stop_rules(name: str, args: Sequence[str], timeout_stop_usec: int) -> list[Finding]:
+        return [Finding("warning", "demo-stop", name, f"{timeout_stop_usec}")]
+
+    demo = KindRules(7000, launch_rules, lambda args: [args[-1]], stop_rules)
+    monkeypatch.setitem(doctor.KINDS, "demo", demo)
+    backend = BackendConfig(
+        name="demo", unit=VLLM_UNIT, health_url="http://127.0.0.1:7000/health", kind="demo", gpus=(1,)
+    )
+    stranger = Holder(pid=4242, user="bob", command="python3", unit=None)
+    findings = _check(
+        backend, ["demo-server", "${MODEL}"], env={"MODEL": "/m/x.bin"}, path_exists=lambda p: False,
+        listeners={7000: stranger},
+    )  # fmt: skip
+    assert _codes(findings) == ["demo-launch", doctor.MODEL_PATH_MISSING, doctor.PORT_TAKEN, "demo-stop"]
+    assert list(seen[0].args) == ["demo-server", "/m/x.bin"] and seen[0].gpus == (V100X2.gpus[1],)
+    assert "'/m/x.bin'" in findings[1].message
+    # Without --port the kind's default port is the one compared with the health URL.
+    moved = replace(backend, health_url="http://127.0.0.1:7001/health")
+    assert doctor.HEALTH_URL_PORT in _codes(_check(moved, ["demo-server"], path_exists=None))

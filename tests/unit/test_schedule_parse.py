@@ -1,8 +1,7 @@
-"""The schedule file: every field form, the TZ line, error messages, the host's zone, fuzzing."""
+"""The schedule file: every field form, the TZ line, error messages, fuzzing."""
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -13,11 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpushift.errors import ConfigError
-from gpushift.schedule import Schedule, host_timezone, load_schedule, parse_schedule
+from gpushift.schedule import Schedule, load_schedule, parse_schedule
 
 UTC = timezone.utc
 REPO = Path(__file__).resolve().parents[2]
-ZONEINFO = Path("/usr/share/zoneinfo")
 
 
 def sched(text: str, tz: str = "UTC", backends: set[str] | None = None, path: str = "test.sched") -> Schedule:
@@ -30,12 +28,6 @@ def fire_days(text: str, start: datetime, n: int) -> list[date]:
 
 
 START = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)  # a Saturday
-
-
-def test_zoneinfo_database_present() -> None:
-    # zoneinfo needs the system tz database (Debian: /usr/share/zoneinfo) or the tzdata package.
-    assert ZONEINFO.is_dir(), "no /usr/share/zoneinfo: install the tzdata Debian package"
-    assert str(ZoneInfo("Europe/Berlin")) == "Europe/Berlin"
 
 
 # ---- field forms ---------------------------------------------------------------------------------
@@ -331,54 +323,6 @@ def test_schedule_shipped_example_parses_and_means_what_it_says() -> None:
     # Saturday noon: the weekend entry.
     sat = s.in_effect(datetime(2026, 12, 5, 12, 0, tzinfo=cst))
     assert sat is not None and sat.entry.line == s.entries[2].line
-
-
-# ---- the host's zone -----------------------------------------------------------------------------
-
-
-def _root(tmp_path: Path, localtime_link: str | None = None, timezone_file: str | None = None) -> str:
-    (tmp_path / "etc").mkdir()
-    if localtime_link:
-        os.symlink(str(ZONEINFO / localtime_link), tmp_path / "etc/localtime")
-    if timezone_file is not None:
-        (tmp_path / "etc/timezone").write_text(timezone_file, encoding="utf-8")
-    return str(tmp_path)
-
-
-def test_schedule_host_timezone_prefers_tz_variable(tmp_path: Path) -> None:
-    root = _root(tmp_path, "Europe/Berlin", "Asia/Tokyo\n")
-    assert str(host_timezone({"TZ": "America/New_York"}, root)) == "America/New_York"
-    assert str(host_timezone({"TZ": ":Asia/Shanghai"}, root)) == "Asia/Shanghai"
-    assert str(host_timezone({"TZ": str(ZONEINFO / "Asia/Kolkata")}, root)) == "Asia/Kolkata"
-
-
-def test_schedule_host_timezone_skips_a_tz_variable_that_is_not_a_zone(tmp_path: Path) -> None:
-    root = _root(tmp_path, "Europe/Berlin")
-    assert str(host_timezone({"TZ": "CST-8"}, root)) == "Europe/Berlin"
-
-
-def test_schedule_host_timezone_reads_the_localtime_link_before_etc_timezone(tmp_path: Path) -> None:
-    root = _root(tmp_path, "Europe/Berlin", "Asia/Tokyo\n")
-    assert str(host_timezone({}, root)) == "Europe/Berlin"
-
-
-def test_schedule_host_timezone_reads_etc_timezone(tmp_path: Path) -> None:
-    root = _root(tmp_path, None, "\n  Asia/Tokyo  \n")
-    assert str(host_timezone({}, root)) == "Asia/Tokyo"
-
-
-def test_schedule_host_timezone_uses_a_copied_localtime_file(tmp_path: Path) -> None:
-    root = _root(tmp_path)
-    (tmp_path / "etc/localtime").write_bytes((ZONEINFO / "America/New_York").read_bytes())
-    tz = host_timezone({}, root)
-    assert datetime(2026, 7, 1, 12, tzinfo=tz).utcoffset() == ZoneInfo("America/New_York").utcoffset(
-        datetime(2026, 7, 1, 12)
-    )
-
-
-def test_schedule_host_timezone_falls_back_to_utc(tmp_path: Path) -> None:
-    root = _root(tmp_path, None, "Not/AZone\n")
-    assert str(host_timezone({}, root)) == "UTC"
 
 
 # ---- fuzzing -------------------------------------------------------------------------------------

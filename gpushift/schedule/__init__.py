@@ -1,0 +1,44 @@
+"""L2: the schedule file (crontab(5) semantics) → "which backend is in effect now" and "what comes next".
+
+The file is a small crontab: comment lines, one optional ``TZ=Area/City`` line before the first entry,
+and entries ``minute hour day-of-month month day-of-week backend``.  Everything outside this package
+sees plain aware datetimes: :meth:`Schedule.in_effect`, :meth:`Schedule.next`,
+:meth:`Schedule.next_boundary`, :meth:`Schedule.next_change`.
+
+The package, one job a module:
+
+* ``parse`` -- the file's text → :class:`Schedule` (:func:`parse_schedule`, :func:`load_schedule`):
+  lines, fields, @-forms, the ``TZ=`` line, errors naming file, line and field.
+* ``entry`` -- :class:`Entry`, one parsed line, and which calendar days and minutes it matches.
+* ``evaluate`` -- :class:`Schedule` and :class:`Fire`: in effect, next, next boundary, next change;
+  the one DST rule mapping a wall-clock time to an instant; the calendar search.
+* ``zones`` -- zone names and the host's zone (:func:`host_timezone`).
+
+Why the fire times are computed here, per field, instead of through APScheduler's ``CronTrigger``
+(docs/schedule.md says more):
+
+* ``CronTrigger.from_crontab`` reads weekday 0 as Monday, rejects 7 and ANDs the two day fields
+  (agronholm/apscheduler#286); crontab(5) says 0 and 7 are Sunday and the day fields are ORed.
+* APScheduler has no "previous fire time", which is exactly what "the backend in effect now" needs,
+  for yearly entries too (``0 8 29 2 *`` last fired up to eight years ago).
+* Its DST behaviour (fires twice on the fall-back night) is not the one we want.
+"""
+
+from __future__ import annotations
+
+from .entry import Entry
+from .evaluate import UTC, Fire, Schedule
+from .parse import DEFAULT_SCHEDULE_PATH, FIELD_NAMES, load_schedule, parse_schedule
+from .zones import host_timezone
+
+__all__ = [
+    "DEFAULT_SCHEDULE_PATH",
+    "FIELD_NAMES",
+    "UTC",
+    "Entry",
+    "Fire",
+    "Schedule",
+    "host_timezone",
+    "load_schedule",
+    "parse_schedule",
+]

@@ -1,0 +1,295 @@
+"""L2: what a parsed schedule means: "which backend is in effect now" and "what comes next".
+
+An entry is matched against local wall-clock times (naive datetimes, where the calendar is exact),
+and each matching wall-clock time is mapped to ONE UTC instant by a single rule (:func:`_to_utc`):
+the instant itself; the first occurrence when the time exists twice (fall-back night); the first
+instant after the gap when it does not exist (spring-forward night).  That mapping never goes
+backwards in time, so "the latest fire at or before T" and "the first fire after T" are both exact
+searches over the calendar and always agree with each other.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+from .entry import Entry
+
+UTC = timezone.utc
+_MINUTE = timedelta(minutes=1)
+# Upper bound of a UTC-offset change at one transition (DST is 1 h, Lord Howe 0.5 h, historic
+# "double summer time" 2 h): used to bound the search when a time falls in a repeated hour.
+_MAX_SHIFT = timedelta(hours=3)
+# Every (month, day) combination, Feb 29 included, falls on every weekday within one 400-year
+# Gregorian cycle, so a feasible entry fires at least once in any 401 years.
+_SEARCH_YEARS = 401
+# next_change() gives up after this many schedule fires without a change of target (it only
+# happens when every entry naming another backend is shadowed by a later line at the same instant).
+_CHANGE_SEARCH_FIRES = 2000
+
+
+@dataclass(frozen=True)
+class Fire:
+    """The schedule switching to ``target`` at instant ``at`` (aware, UTC) because ``entry`` fired."""
+
+    entry: Entry
+    at: datetime
+    target: str
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A parsed schedule file.
+
+    ``tz`` is the zone every entry is read in (the file's ``TZ=`` line, else the host's zone);
+    ``tz_line`` is that line's number, or ``None`` when the host's zone is used.
+    """
+
+    path: str
+    tz: ZoneInfo
+    entries: tuple[Entry, ...]
+    tz_line: int | None = None
+
+    @property
+    def targets(self) -> frozenset[str]:
+        """Every backend name (and ``off``) the schedule can switch to."""
+        return frozenset(e.target for e in self.entries)
+
+    def in_effect(self, at: datetime) -> Fire | None:
+        """The fire that decides what runs at ``at``: the latest one at or before ``at``.
+
+        Any entry counts, however rarely it fires.  When several entries fire at the same instant the
+        later written time wins, then the later line (see :meth:`next`).  ``None`` when no entry has
+        ever fired (an empty schedule).
+
+        Args:
+            at: an aware datetime (any zone; compared in UTC).
+        """
+        at_utc = _as_utc(at)
+        best: tuple[datetime, datetime, int] | None = None
+        winner: Entry | None = None
+        for e in self.entries:
+            p = _prev_fire(e, self.tz, at_utc)
+            if p is None:
+                continue
+            key = (p[0], p[1], e.line)
+            if best is None or key > best:
+                best, winner = key, e
+        if best is None or winner is None:
+            return None
+        return Fire(winner, best[0], winner.target)
+
+    def next(self, after: datetime, n: int) -> list[Fire]:
+        """The next ``n`` fires strictly after ``after``, in time order, one per instant.
+
+        When several entries fire at the same instant only one fire is listed: the entry whose
+        written time is later wins (this only differs on a spring-forward night, where several
+        written times collapse onto the first instant after the gap), and among equal written times
+        the later line in the file wins.  A fire may name the backend that is already in effect.
+
+        Args:
+            after: an aware datetime (any zone; compared in UTC).
+            n: how many fires to return (fewer only if the calendar ends, i.e. year 9999).
+        """
+        after_utc = _as_utc(after)
+        heads: list[datetime | None] = [_next_fire(e, self.tz, after_utc) for e in self.entries]
+        out: list[Fire] = []
+        while len(out) < n:
+            live = [u for u in heads if u is not None]
+            if not live:
+                break
+            t = min(live)
+            group = [i for i, u in enumerate(heads) if u == t]
+            out.append(self._winner(group, t))
+            for i in group:
+                heads[i] = _next_fire(self.entries[i], self.tz, t)
+        return out
+
+    def next_boundary(self, after: datetime) -> Fire | None:
+        """The next instant strictly after ``after`` at which the schedule speaks (any entry fires).
+
+        This is where a default manual override ends, and where the daemon's timer should be armed,
+        even if the fire names the backend that already runs.
+        """
+        fires = self.next(after, 1)
+        return fires[0] if fires else None
+
+    def next_change(self, after: datetime) -> Fire | None:
+        """The next fire strictly after ``after`` whose target differs from the one in effect then.
+
+        What ``status`` calls "the next switch".  ``None`` when no such fire exists (every entry
+        names the same backend, or entries naming others are always shadowed by later lines).
+        """
+        after_utc = _as_utc(after)
+        current = self.in_effect(after_utc)
+        target = current.target if current else None
+        others = [e for e in self.entries if e.target != target]
+        t = after_utc
+        for _ in range(_CHANGE_SEARCH_FIRES):
+            times = [u for u in (_next_fire(e, self.tz, t) for e in others) if u is not None]
+            if not times:
+                return None
+            t = min(times)
+            # A later line firing at the same instant may name the current target again.
+            won = self.in_effect(t)
+            if won is not None and won.target != target:
+                return won
+        return None
+
+    def _winner(self, group: list[int], t: datetime) -> Fire:
+        if len(group) == 1:
+            e = self.entries[group[0]]
+            return Fire(e, t, e.target)
+
+        def key(i: int) -> tuple[datetime, int]:
+            e = self.entries[i]
+            p = _prev_fire(e, self.tz, t)
+            assert p is not None and p[0] == t  # e fires at t, so its latest fire at or before t is t
+            return (p[1], e.line)
+
+        e = self.entries[max(group, key=key)]
+        return Fire(e, t, e.target)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fire times.  Wall-clock times are naive datetimes in the schedule's zone, minute-aligned.
+
+
+def _as_utc(t: datetime) -> datetime:
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise ValueError(f"expected an aware datetime, got naive {t!r}")
+    return t.astimezone(UTC)
+
+
+def _to_utc(wall: datetime, tz: ZoneInfo) -> datetime:
+    """The one instant a matching wall-clock time fires at (the DST rule lives here).
+
+    * exists once → that instant;
+    * exists twice (fall-back night) → the first occurrence (PEP 495 ``fold=0``);
+    * does not exist (spring-forward night) → the first instant after the gap.
+
+    The mapping never goes backwards, which keeps :func:`_prev_fire` and :func:`_next_fire` exact.
+    """
+    first = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
+    if _wall(first, tz) == wall:
+        return first
+    # In a gap: fold=0 maps with the offset before the transition, fold=1 with the one after, so the
+    # transition lies between the two.  Zone transitions fall on whole seconds: bisect for the first
+    # second whose local time is at or past ``wall``.
+    other = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
+    lo, hi = int(min(first, other).timestamp()), int(max(first, other).timestamp())
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _wall(datetime.fromtimestamp(mid, UTC), tz) >= wall:
+            hi = mid
+        else:
+            lo = mid
+    return datetime.fromtimestamp(hi, UTC)
+
+
+def _wall(u: datetime, tz: ZoneInfo) -> datetime:
+    return u.astimezone(tz).replace(tzinfo=None, fold=0)
+
+
+def _prev_fire(e: Entry, tz: ZoneInfo, at: datetime) -> tuple[datetime, datetime] | None:
+    """(instant, wall-clock time) of ``e``'s latest fire at or before ``at`` (UTC).
+
+    Of several wall-clock times firing at one instant (a gap), the latest is returned.
+    """
+    try:
+        local = at.astimezone(tz)
+    except OverflowError:
+        return None
+    wall = local.replace(tzinfo=None, second=0, microsecond=0, fold=0)
+    # In the second pass of a repeated hour, wall-clock times later than now already fired (at their
+    # first occurrence): start beyond them and step back.
+    start = wall + _MAX_SHIFT if local.fold else wall
+    w = _nearest_wall(e, start, forward=False)
+    while w is not None:
+        try:
+            u = _to_utc(w, tz)
+        except OverflowError:
+            u = None
+        if u is not None and u <= at:
+            return u, w
+        w = _nearest_wall(e, w - _MINUTE, forward=False)
+    return None
+
+
+def _next_fire(e: Entry, tz: ZoneInfo, after: datetime) -> datetime | None:
+    """The instant of ``e``'s first fire strictly after ``after`` (UTC)."""
+    try:
+        wall = after.astimezone(tz).replace(tzinfo=None, second=0, microsecond=0, fold=0)
+    except OverflowError:
+        return None
+    w = _nearest_wall(e, wall + _MINUTE, forward=True)
+    while w is not None:
+        try:
+            u = _to_utc(w, tz)
+        except OverflowError:
+            return None
+        # Skips times whose first occurrence is already past (``after`` in a repeated hour).
+        if u > after:
+            return u
+        w = _nearest_wall(e, w + _MINUTE, forward=True)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The calendar search, in either direction: ``forward`` looks for the earliest match at or after a
+# point, otherwise for the latest match at or before it.
+
+
+def _nearest_wall(e: Entry, t: datetime, forward: bool) -> datetime | None:
+    """The earliest matching wall-clock minute at or after ``t`` (``forward``), else the latest at or
+    before ``t``."""
+    d = t.date()
+    if e.day_matches(d):
+        hm = _nearest_time(e, t.hour, t.minute, forward)
+        if hm is not None:
+            return datetime(d.year, d.month, d.day, *hm)
+    day = _nearest_day(e, d, forward)
+    if day is None:
+        return None
+    edge = 0 if forward else -1  # that day's first (last) matching time
+    return datetime(day.year, day.month, day.day, e.hours[edge], e.minutes[edge])
+
+
+def _index(values: tuple[int, ...], x: int, forward: bool) -> int:
+    """The index of the first value >= ``x`` (``forward``) or of the last value <= ``x``; out of
+    range when there is none."""
+    return bisect_left(values, x) if forward else bisect_right(values, x) - 1
+
+
+def _nearest_time(e: Entry, h: int, m: int, forward: bool) -> tuple[int, int] | None:
+    """The entry's first (hour, minute) at or after ``h:m`` of a day (``forward``), else its last at
+    or before ``h:m``; ``None`` when the day has none left."""
+    i = _index(e.hours, h, forward)
+    if 0 <= i < len(e.hours) and e.hours[i] == h:
+        j = _index(e.minutes, m, forward)
+        if 0 <= j < len(e.minutes):
+            return h, e.minutes[j]
+        i += 1 if forward else -1
+    edge = 0 if forward else -1
+    return (e.hours[i], e.minutes[edge]) if 0 <= i < len(e.hours) else None
+
+
+def _nearest_day(e: Entry, d: date, forward: bool) -> date | None:
+    """The first day after ``d`` (``forward``), else the last day before ``d``, the entry fires on."""
+    step = timedelta(days=1 if forward else -1)
+    start = d.year
+    try:
+        d += step
+        while abs(d.year - start) <= _SEARCH_YEARS:
+            if d.month not in e.months:  # skip the rest of the month: to the next's 1st (previous's last)
+                first = d.replace(day=1)
+                d = (first + timedelta(days=32)).replace(day=1) if forward else first - timedelta(days=1)
+            elif e.day_matches(d):
+                return d
+            else:
+                d += step
+    except OverflowError:  # past year 9999, or before year 1
+        pass
+    return None

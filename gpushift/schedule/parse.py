@@ -1,0 +1,259 @@
+"""L2: reading a schedule file: crontab(5) lines, their five time fields, the @-forms, the one
+``TZ=`` line; every error names the file, the line, the field and what was expected."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ..config import read_file
+from ..errors import ConfigError
+from ..model import OFF
+from .entry import Entry
+from .evaluate import Schedule
+from .zones import ZONE_KEY, host_timezone
+
+DEFAULT_SCHEDULE_PATH = "/etc/gpushift/schedule"
+
+FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
+_LINE_FORMAT = "minute hour day-of-month month day-of-week backend"
+
+_MONTH_NAMES = {
+    "jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6,
+    "jul": 7, "aug": 8, "sep": 9, "oct": 10, "nov": 11, "dec": 12,
+}  # fmt: skip
+_DAY_NAMES = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
+
+# crontab(5)'s @-forms; @reboot has no meaning here (the schedule is re-applied at every start).
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+_NUMBER = re.compile(r"[0-9]+")
+_SETTING = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)")
+_BACKEND_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+# parse_schedule's per-line error factory: (field, what was expected) → ConfigError naming file:line.
+_ErrFactory = Callable[[str, str], ConfigError]
+
+
+@dataclass(frozen=True)
+class _FieldSpec:
+    name: str
+    low: int
+    high: int
+    names: Mapping[str, int]
+    expected: str
+
+
+_FIELDS = (
+    _FieldSpec("minute", 0, 59, {}, "0-59"),
+    _FieldSpec("hour", 0, 23, {}, "0-23"),
+    _FieldSpec("day-of-month", 1, 31, {}, "1-31"),
+    _FieldSpec("month", 1, 12, _MONTH_NAMES, "1-12 or jan..dec"),
+    # 7 is Sunday too (crontab(5)); it is folded onto 0 after parsing.
+    _FieldSpec("day-of-week", 0, 7, _DAY_NAMES, "0-7 (0 and 7 = Sunday) or sun..sat"),
+)
+
+# The longest month (a leap February counts) for the "can this entry ever fire" check.
+_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def parse_schedule(
+    text: str,
+    path: str = "<schedule>",
+    backends: Collection[str] | None = None,
+    default_tz: ZoneInfo | None = None,
+) -> Schedule:
+    """Parse a schedule file's text.
+
+    Args:
+        text: the file's contents.
+        path: the file name used in error messages.
+        backends: the configured backend names; every entry's target must be one of them or
+            ``off``.  ``None`` checks only that targets are well-formed names.
+        default_tz: the zone used when the file has no ``TZ=`` line; ``None`` means the host's zone
+            (:func:`host_timezone`).
+
+    Returns:
+        The schedule.
+
+    Raises:
+        ConfigError: naming the file, line, field and what was expected.
+    """
+    tz: ZoneInfo | None = None
+    tz_line: int | None = None
+    entries: list[Entry] = []
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+
+        def err(fld: str, msg: str, lineno: int = lineno) -> ConfigError:
+            return ConfigError(f"{path}:{lineno}: {fld}: {msg}")
+
+        setting = _SETTING.fullmatch(line)
+        if setting:
+            name, value = setting.group(1), setting.group(2).strip()
+            if name != "TZ":
+                raise err(name, f"unknown setting {name}= (the only setting is TZ=Area/City)")
+            if tz_line is not None:
+                raise err("TZ", f"TZ= is given twice (first on line {tz_line})")
+            if entries:
+                raise err("TZ", f"TZ= must come before the first entry (line {entries[0].line})")
+            tz = _zone(value, err)
+            tz_line = lineno
+            continue
+        entries.append(_parse_entry(line, lineno, backends, err))
+    if tz is None:
+        tz = default_tz if default_tz is not None else host_timezone()
+    return Schedule(path=path, tz=tz, entries=tuple(entries), tz_line=tz_line)
+
+
+def load_schedule(
+    path: str = DEFAULT_SCHEDULE_PATH,
+    backends: Collection[str] | None = None,
+    default_tz: ZoneInfo | None = None,
+) -> Schedule:
+    """Read and parse a schedule file (see :func:`parse_schedule`).
+
+    Raises:
+        ConfigError: the file cannot be read, or it is invalid.
+    """
+    raw = read_file(path, "schedule file", "set [daemon] schedule in the config")
+    # utf-8-sig: an editor's byte-order mark must not turn the first line into garbage.
+    return parse_schedule(raw.decode("utf-8-sig", errors="replace"), path, backends, default_tz)
+
+
+def _zone(value: str, err: _ErrFactory) -> ZoneInfo:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        value = value[1:-1].strip()  # crontab allows quoted values
+    expected = "an IANA zone name such as Asia/Shanghai or Europe/Berlin"
+    if not value:
+        raise err("TZ", f"missing zone (expected {expected})")
+    if not ZONE_KEY.fullmatch(value):
+        raise err("TZ", f"{value!r} is not a zone name (expected {expected})")
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise err("TZ", f"unknown time zone {value!r} (expected {expected})") from None
+
+
+def _parse_entry(line: str, lineno: int, backends: Collection[str] | None, err: _ErrFactory) -> Entry:
+    tokens = line.split()
+    if tokens[0].startswith("@"):
+        macro = tokens[0].lower()
+        if macro == "@reboot":
+            raise err(tokens[0], "@reboot is not supported: the schedule is re-applied at every start anyway")
+        if macro not in _MACROS:
+            raise err(tokens[0], f"unknown @-form (expected one of: {', '.join(_MACROS)})")
+        if len(tokens) < 2:
+            raise err("backend", f"missing (expected: {tokens[0]} backend)")
+        time_tokens, written = _MACROS[macro].split(), tokens[0]
+        rest = tokens[1:]
+    else:
+        if len(tokens) < 6:
+            missing = (*FIELD_NAMES, "backend")[len(tokens)]
+            raise err(missing, f"missing (expected: {_LINE_FORMAT})")
+        time_tokens, written, rest = tokens[:5], " ".join(tokens[:5]), tokens[5:]
+    if len(rest) > 1:
+        raise err(
+            "backend",
+            f"unexpected text {rest[1]!r} after the backend name (comments go on their own line, starting with '#')",
+        )
+    parsed = [_parse_field(tok, spec, err) for tok, spec in zip(time_tokens, _FIELDS, strict=True)]
+    target = rest[0]
+    _check_target(target, backends, err)
+    (minutes, _), (hours, _), (days, dom_r), (months, _), (weekdays, dow_r) = parsed
+    weekdays = {0 if d == 7 else d for d in weekdays}
+    entry = Entry(
+        line=lineno,
+        fields=written,
+        target=target,
+        minutes=tuple(sorted(minutes)),
+        hours=tuple(sorted(hours)),
+        days=frozenset(days),
+        months=frozenset(months),
+        weekdays=frozenset(weekdays),
+        dom_restricted=dom_r,
+        dow_restricted=dow_r,
+    )
+    # Cron silently accepts "0 8 31 2 *" and never runs it; here that is surely a mistake.  With both
+    # day fields restricted the weekday alone can fire it, so only the other case can be empty.
+    if not (dom_r and dow_r) and not any(d <= _MONTH_DAYS[m - 1] for m in months for d in days):
+        raise err(
+            "day-of-month",
+            f"{time_tokens[2]!r} never occurs in month {time_tokens[3]!r}: the entry would never fire",
+        )
+    return entry
+
+
+def _check_target(target: str, backends: Collection[str] | None, err: _ErrFactory) -> None:
+    if target == OFF:
+        return
+    if backends is None:
+        if not _BACKEND_NAME.fullmatch(target):
+            raise err("backend", f"{target!r} is not a backend name (letters, digits, '-' and '_' only)")
+        return
+    if target not in backends:
+        known = ", ".join([*sorted(backends), OFF])
+        raise err("backend", f"{target!r} is not a configured backend (expected one of: {known})")
+
+
+def _parse_field(token: str, spec: _FieldSpec, err: _ErrFactory) -> tuple[set[int], bool]:
+    """One time field → (its set of values, restricted?).  Restricted means "does not start with *"."""
+    values: set[int] = set()
+    for item in token.split(","):
+        if not item:
+            raise err(
+                spec.name, f"empty list item in {token!r} (expected {spec.expected}, separated by commas)"
+            )
+        base, slash, step_text = item.partition("/")
+        step = 1
+        if slash:
+            if not _NUMBER.fullmatch(step_text) or len(step_text) > 3 or int(step_text) == 0:
+                raise err(spec.name, f"bad step {step_text!r} in {item!r} (expected a whole number >= 1)")
+            step = int(step_text)
+        if base == "*":
+            # '*' spans 0-6 on the weekday field: 7 would only repeat Sunday.
+            lo, hi = spec.low, (6 if spec.names is _DAY_NAMES else spec.high)
+        else:
+            first, dash, last = base.partition("-")
+            if not dash and slash:
+                raise err(spec.name, f"a step needs a range or '*' in {item!r} (e.g. */15 or 1-10/2)")
+            lo = _value(first, spec, item, err)
+            hi = _value(last, spec, item, err) if dash else lo
+            if spec.names is _DAY_NAMES and last.lower() == "sun" and lo > 0:
+                hi = 7  # "mon-sun": the NAME sun ending a range is day 7, so the range runs forwards
+            if lo > hi:
+                raise err(spec.name, f"range {base!r} runs backwards (expected start <= end)")
+        values.update(range(lo, hi + 1, step))
+    return values, not token.startswith("*")
+
+
+def _value(text: str, spec: _FieldSpec, item: str, err: _ErrFactory) -> int:
+    if _NUMBER.fullmatch(text):
+        v = int(text) if len(text) <= 4 else spec.high + 1
+        if not spec.low <= v <= spec.high:
+            what = repr(text) if text == item else f"{text!r} in {item!r}"
+            raise err(spec.name, f"{what} is out of range (expected {spec.expected})")
+        return v
+    name = text.lower()
+    if name in spec.names:
+        return spec.names[name]
+    what = (
+        f"a missing value in {item!r}"
+        if not text
+        else repr(text)
+        if text == item
+        else f"{text!r} in {item!r}"
+    )
+    raise err(spec.name, f"{what} is not valid (expected {spec.expected})")
