@@ -62,10 +62,13 @@ def sparse(path: Path, size: int) -> Path:
     return path
 
 
-def poke(path: Path, offset: int, byte: bytes = b"\x01") -> None:
+def poke(path: Path, offset: int) -> None:
+    """Change the byte at ``offset`` (to its complement: random content may already hold any value)."""
     with open(path, "r+b") as f:
         f.seek(offset)
-        f.write(byte)
+        old = f.read(1) or b"\x00"
+        f.seek(offset)
+        f.write(bytes([old[0] ^ 0xFF]))
 
 
 # --------------------------------------------------------------------------- fingerprint
