@@ -76,6 +76,8 @@ class BackendConfig:
     gpus: tuple[int, ...] | None = None  # None: all GPUs
     simulated_vram_mib: float = 0.0
     pinned_version: str | None = None
+    on_crash: str = "restart"  # the backend exited by itself or wedged: relaunch it ("stay": leave it)
+    unhealthy_after_s: float = 120.0  # health failing this long while the unit is active: wedged
 
 
 @dataclass(frozen=True)
@@ -361,4 +363,6 @@ class _Reader:
             gpus=gpus,
             simulated_vram_mib=self.number(d, where, "simulated_vram_mib", 0.0),
             pinned_version=self.string(d, where, "pinned_version", None),
+            on_crash=self.string(d, where, "on_crash", "restart", ("restart", "stay")),
+            unhealthy_after_s=self.number(d, where, "unhealthy_after_s", 120.0, minimum=5),
         )

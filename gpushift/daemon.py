@@ -22,6 +22,7 @@ from typing import Any
 from . import __version__, wiring
 from . import config as config_mod
 from .errors import ConfigError, GpushiftError
+from .keeper import WatchSettings
 from .model import Caller, EventKind, Trigger
 from .schedule import Schedule
 from .switch import Event, Switcher
@@ -77,6 +78,11 @@ def parse_until(text: str, tz: Any) -> datetime:
     return t.astimezone(timezone.utc)
 
 
+def watch_settings(config: config_mod.Config) -> dict[str, WatchSettings]:
+    """Per backend, what the keeper does when it crashes or wedges."""
+    return {n: WatchSettings(b.on_crash, b.unhealthy_after_s) for n, b in config.backends.items()}
+
+
 class Daemon:
     """Builds every collaborator, owns the bus name and runs the loop until SIGTERM."""
 
@@ -124,6 +130,8 @@ class Daemon:
             log=self.log,
             max_attempts=self.config.daemon.max_attempts,
             retry_after_s=self.config.daemon.retry_after_s,
+            watch=self,
+            settings=watch_settings(self.config),
         )
 
     def converge(self) -> None:
@@ -151,6 +159,15 @@ class Daemon:
             )
         else:
             recovery.start(self.switcher, plan, self.log)
+
+    # ------------------------------------------------------------ what the keeper watches
+
+    def foreign_job(self, unit: str) -> bool | None:
+        jobs = getattr(self, "jobwatch", None)
+        return jobs.foreign_job(unit) if jobs is not None else None
+
+    def unhealthy_for(self, backend: str) -> float | None:
+        return None  # the sampler's health history answers this (wired with the sampler)
 
     # ------------------------------------------------------------ Backend protocol (D-Bus calls)
 
@@ -185,7 +202,12 @@ class Daemon:
             if until <= datetime.now(timezone.utc):
                 raise GpushiftError(f"--until {options['until']!r} is in the past")
         ticket = self.switcher.request(
-            backend, reason, caller, Trigger.MANUAL, skip_drain=bool(options.get("now"))
+            backend,
+            reason,
+            caller,
+            Trigger.MANUAL,
+            skip_drain=bool(options.get("now")),
+            relaunch=bool(options.get("restart")),
         )
         self._manual_tickets.add(ticket)
         ov = self.keeper.manual(backend, caller, hold, until, reason)
@@ -276,7 +298,7 @@ class Daemon:
         self.switcher.reconfigure(new)
         self.schedule = new_schedule
         self.keeper.set_schedule(new_schedule)
-        self.keeper.configure(new.daemon.max_attempts, new.daemon.retry_after_s)
+        self.keeper.configure(new.daemon.max_attempts, new.daemon.retry_after_s, watch_settings(new))
         self.reload_error = None
         self.reloaded_at = datetime.now(timezone.utc)
         self.log.info("reloaded", why=why, config=self.config_path)
@@ -323,6 +345,7 @@ class Daemon:
             )
             return 1
         self._loop = GLib.MainLoop()
+        self._start_jobwatch()
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGTERM, self._quit)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGINT, self._quit)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGHUP, self._sighup)
@@ -356,6 +379,24 @@ class Daemon:
         self.notify.stopping()
         self.log.info("daemon_stopping", detail="backends are left as they are")
         return 0
+
+    def _start_jobwatch(self) -> None:
+        """Watch systemd's JobNew on the loop thread: a person's systemctl from a backend's own exit."""
+        from .adapters.jobwatch import JobWatch
+
+        units = self.components.ports.units
+        own = getattr(units, "own_jobs", None)
+        if own is None:
+            return
+        watch = JobWatch(self.components.bus, lambda: list(own), log=self.log)
+        try:
+            watch.start()
+        except Exception as e:  # without it a failed unit still counts as a crash: degrade, say so
+            self.log.warning(
+                "jobwatch_unavailable", error=repr(e), detail="an inactive unit counts as stopped by a person"
+            )
+            return
+        self.jobwatch = watch
 
     # ------------------------------------------------------------ the schedule's clockwork
 

@@ -71,6 +71,7 @@ class Trigger(StrEnum):
     EXTERNAL = "external"  # somebody used systemctl behind gpushift's back
     ROLLBACK = "rollback"
     RECOVERY = "recovery"  # the daemon converging after its own restart, a crash or a wedged backend
+    WATCH = "watch"  # the daemon noticed, between switches, that the serving backend crashed or wedged
 
 
 class Mode(StrEnum):
@@ -251,10 +252,26 @@ class UnitState:
     send_sigkill: bool = True
     timeout_stop_usec: int = 0
     conflicts: tuple[str, ...] = ()
+    main_start_us: int = 0  # ExecMainStartTimestamp: when the main process (MainPID) started
+    exec_main_code: int = 0  # how the last main process ended: 1 exited, 2 killed, 3 dumped core (CLD_*)
+    exec_main_status: int = 0  # its exit status, or the signal number when killed
+    n_restarts: int = 0  # NRestarts: restarts systemd made by itself (Restart=)
 
     @property
     def running(self) -> bool:
+        """Active or on its way: a switch must stop it (a unit in ``auto-restart`` counts too)."""
         return self.active_state in ("active", "activating", "reloading")
+
+    @property
+    def exited(self) -> bool:
+        """Not serving by itself: inactive, failed, or waiting for systemd's ``Restart=``."""
+        return self.active_state in ("inactive", "failed") or self.sub_state == "auto-restart"
+
+    def exit_description(self) -> str:
+        """``exit status 0`` / ``killed by signal 9`` / ``dumped core (signal 11)``, with the Result."""
+        code = {1: "exit status", 2: "killed by signal", 3: "dumped core, signal"}.get(self.exec_main_code)
+        how = f"{code} {self.exec_main_status}" if code else "no exit recorded"
+        return f"{how}, Result={self.result}"
 
     @property
     def failed(self) -> bool:

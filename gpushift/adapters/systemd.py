@@ -25,6 +25,7 @@ pydbus and gi are imported lazily, inside this module only (gpushift must import
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import threading
@@ -173,6 +174,8 @@ class SystemdUnits:
         self._lock = threading.Lock()
         self._manager: Any = None
         self._subscribed = False
+        # The jobs gpushift itself queued (recent ones): the job watch tells a person's from ours.
+        self.own_jobs: collections.deque[str] = collections.deque(maxlen=256)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -303,6 +306,10 @@ class SystemdUnits:
             send_sigkill=bool(s.get("SendSIGKILL", True)),
             timeout_stop_usec=int(s.get("TimeoutStopUSec", 0)),
             conflicts=tuple(str(c) for c in u.get("Conflicts", ())),
+            main_start_us=int(s.get("ExecMainStartTimestamp", 0)),
+            exec_main_code=int(s.get("ExecMainCode", 0)),
+            exec_main_status=int(s.get("ExecMainStatus", 0)),
+            n_restarts=int(s.get("NRestarts", 0)),
         )
 
     def start(self, unit: str, timeout_s: float) -> JobResult:
@@ -372,6 +379,7 @@ class SystemdUnits:
         try:
             call_timeout = min(self._call_timeout_s, max(1.0, deadline - time.monotonic()))
             job = str(self._call(verb, unit, getattr(mgr, method), unit, "replace", timeout_s=call_timeout))
+            self.own_jobs.append(job)
             gone_since: float | None = None
             while True:
                 if waiter is not None:

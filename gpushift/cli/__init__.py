@@ -298,6 +298,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.option("--reason", default="", help="Why (recorded in the ledger).")
 @click.option("--no-wait", is_flag=True, help="Queue the switch and print its ticket; do not follow it.")
 @click.option("--now", "skip_drain", is_flag=True, help="Skip the drain: stop the running backend at once.")
+@click.option(
+    "--restart",
+    is_flag=True,
+    help="BACKEND already serves: stop it and start it again through the whole gate (a new launch row).",
+)
 @click.option("--hold", is_flag=True, help="Keep BACKEND until `gpushift resume` (the schedule waits).")
 @click.option("--until", "until", metavar="TIME", help="Keep BACKEND until TIME ('2026-12-01 08:00').")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress goes to stderr).")
@@ -308,6 +313,7 @@ def switch(
     reason: str,
     no_wait: bool,
     skip_drain: bool,
+    restart: bool,
     hold: bool,
     until: str | None,
     as_json: bool,
@@ -322,6 +328,10 @@ def switch(
     if hold and until:
         raise click.UsageError("--hold and --until exclude each other (hold lasts until `gpushift resume`)")
     options: dict[str, Any] = {"reason": reason, "now": skip_drain}
+    if restart:
+        if backend == "off":
+            raise click.UsageError("--restart relaunches a backend; `off` has nothing to restart")
+        options["restart"] = True
     if hold:
         options["hold"] = True
     if until:

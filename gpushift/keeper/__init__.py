@@ -5,16 +5,18 @@ store) · ``keeper`` (takes snapshots, executes the decisions through the switch
 """
 
 from .decide import Attempts, Decision, Snapshot, decide
-from .keeper import Keeper, SwitchControl
+from .keeper import BackendWatch, Keeper, SwitchControl, WatchSettings
 from .override import Override, OverrideStore
 
 __all__ = [
     "Attempts",
+    "BackendWatch",
     "Decision",
     "Keeper",
     "Override",
     "OverrideStore",
     "Snapshot",
     "SwitchControl",
+    "WatchSettings",
     "decide",
 ]

@@ -8,27 +8,31 @@ and the keeper's new bookkeeping.  No thread, no bus, no clock: the decision tab
 The rules, in order:
 
 1. an override whose time is up ends;
-2. what runs is compared with what gpushift last established; a difference no switch of ours
-   explains is a person's ``systemctl`` — an *external* override until the next boundary, recorded
-   in the ledger, never undone before then — except a backend whose unit *failed* by itself, which
-   is adopted as "off" so that the schedule brings it back;
-3. in ``schedule`` mode, the backend in effect (the entry that fired most recently at or before
-   now) is switched to, unless this boundary already failed ``max_attempts`` times, the last
-   failure is more recent than ``retry_after_s``, or a person cancelled the switch (then it waits
-   for the next boundary or ``gpushift resume``).
+2. what happened to the serving backend (:mod:`.watch`): an exit by itself or a wedge is an
+   *incident* — a ledger row, and the backend is to be relaunched (``on_crash = "restart"``); a
+   relaunch behind gpushift's back gets a row; any other difference between what runs and what
+   gpushift established is a person's ``systemctl`` — an *external* override until the next
+   boundary, recorded in the ledger, never undone before then;
+3. what is wanted — the override's backend, else the schedule's (the entry that fired most
+   recently at or before now), else the backend being relaunched — is switched to, unless that
+   target already failed ``max_attempts`` times here, the last failure is more recent than
+   ``retry_after_s``, a person cancelled the switch (then it waits for the next boundary or
+   ``gpushift resume``), or it is a crashed backend whose ``on_crash`` is ``stay``.
 
 A clock jump is nothing special: it is a snapshot with a different ``now``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from ..model import OFF, Trigger
+from ..model import OFF, Outcome, Trigger
 from ..schedule import Schedule
 from .override import Override, external_override
+from .watch import Incident
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,16 @@ def after_result(
 
 
 @dataclass(frozen=True)
+class Relaunch:
+    """A backend that crashed or wedged, to be brought back (through the whole gate)."""
+
+    backend: str
+    since: datetime  # when it was noticed (the attempts' key, like a boundary's fire time)
+    why: str
+    restart: bool  # it still runs (wedged): stop it and start it again
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one decision looks at."""
 
@@ -70,7 +84,10 @@ class Snapshot:
     busy: bool  # a switch is running (or started while the snapshot was taken)
     established: str | None  # what gpushift last established; None: not known yet
     running: tuple[str, ...]  # backends whose unit runs, in config order
-    failed: frozenset[str] = frozenset()  # backends whose unit failed by itself
+    incident: Incident | None = None  # what happened to the established backend by itself
+    relaunched: str | None = None  # the established backend was relaunched behind gpushift's back
+    relaunch: Relaunch | None = None  # a crashed/wedged backend still to be brought back
+    on_crash: Mapping[str, str] = field(default_factory=dict)  # backend -> "restart" | "stay"
     attempts: Attempts | None = None
     blocked: str | None = None
     max_attempts: int = 3
@@ -104,6 +121,21 @@ class RecordExternal:
 
 
 @dataclass(frozen=True)
+class RecordRelaunch:
+    """The serving backend was relaunched outside gpushift: a ledger row with its launch."""
+
+    backend: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class RecordIncident:
+    """The serving backend crashed or wedged: a ledger row (outcome crashed | unhealthy)."""
+
+    incident: Incident
+
+
+@dataclass(frozen=True)
 class Switch:
     """Ask the switcher for a switch (the way a person does)."""
 
@@ -111,6 +143,7 @@ class Switch:
     reason: str
     trigger: Trigger
     actual: str
+    relaunch: bool = False  # the target runs: stop it and start it again
 
 
 @dataclass(frozen=True)
@@ -120,7 +153,7 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Action = SetOverride | Adopt | RecordExternal | Switch | Log
+Action = SetOverride | Adopt | RecordExternal | RecordRelaunch | RecordIncident | Switch | Log
 
 
 @dataclass(frozen=True)
@@ -129,12 +162,45 @@ class Decision:
     summary: str  # one line for logs and `gpushift resume` (a Switch adds its ticket)
     attempts: Attempts | None
     blocked: str | None
+    relaunch: Relaunch | None = None
+
+
+def _watch(
+    s: Snapshot, actual: str, actions: list[Action], ov: Override | None
+) -> tuple[Override | None, Relaunch | None]:
+    """Rule 2: what happened to the established backend; returns the override and relaunch after it."""
+    relaunch = s.relaunch
+    est = s.established
+    if est is None:
+        actions.append(Adopt(actual))
+        return ov, relaunch
+    inc = s.incident
+    if inc is not None:
+        fields = {"backend": inc.backend, "outcome": inc.outcome.value, "detail": inc.detail}
+        actions += [Log("warning", f"backend_{inc.outcome.value}", fields), RecordIncident(inc)]
+        if not inc.serving_again:
+            wedged = inc.outcome is Outcome.UNHEALTHY
+            relaunch = Relaunch(inc.backend, s.now, inc.detail, restart=wedged)
+            if not wedged:
+                actions.append(Adopt(OFF, force=True))  # it is gone: what serves now is nothing
+        return ov, relaunch
+    if s.relaunched is not None and actual == est:
+        actions += [Log("warning", "external_relaunch", {"backend": est, "detail": s.relaunched})]
+        actions.append(RecordRelaunch(est, s.relaunched))
+    elif actual != est and not (relaunch is not None and est == OFF):
+        ov = external_override(ov, s.schedule, est, actual, s.now)
+        actions += [SetOverride(ov)]
+        detail = "not undone before the next schedule boundary"
+        actions += [Log("warning", "external_change", {"was": est, "now": actual, "detail": detail})]
+        actions += [RecordExternal(est, actual)]
+        relaunch = None  # a person decided what runs
+    return ov, relaunch
 
 
 def decide(s: Snapshot) -> Decision:
     """The keeper's decision table (see the module docstring)."""
     if s.busy:
-        return Decision((), "a switch is running; deciding after it", s.attempts, s.blocked)
+        return Decision((), "a switch is running; deciding after it", s.attempts, s.blocked, s.relaunch)
     actions: list[Action] = []
     ov = s.override
     # 1. an override whose time is up
@@ -146,48 +212,51 @@ def decide(s: Snapshot) -> Decision:
     # 2. what runs, against what gpushift established
     running = s.running
     if len(running) > 1:
-        return Decision(
-            tuple(actions),
-            f"several backends run ({', '.join(running)}); waiting for a person",
-            s.attempts,
-            s.blocked,
-        )
+        why = f"several backends run ({', '.join(running)}); waiting for a person"
+        return Decision(tuple(actions), why, s.attempts, s.blocked, s.relaunch)
     actual = running[0] if running else OFF
-    if s.established is None:
-        actions.append(Adopt(actual))
-    elif actual != s.established and actual == OFF and s.established in s.failed:
-        # Not a person: the backend died by itself (unit "failed").  Adopt "off" and let the
-        # schedule bring it back, with the same bounded retries as any scheduled switch.
-        detail = "its unit failed on its own; the schedule decides what runs next"
-        actions += [Log("warning", "backend_crashed", {"backend": s.established, "detail": detail})]
-        actions += [Adopt(OFF, force=True)]
-    elif actual != s.established:
-        ov = external_override(ov, s.schedule, s.established, actual, s.now)
-        actions += [SetOverride(ov)]
-        detail = "not undone before the next schedule boundary"
-        actions += [
-            Log("warning", "external_change", {"was": s.established, "now": actual, "detail": detail})
-        ]
-        actions += [RecordExternal(s.established, actual)]
-    # 3. the schedule
-    if s.schedule is None:
-        return Decision(tuple(actions), f"{actual} serves (no schedule)", s.attempts, s.blocked)
+    ov, relaunch = _watch(s, actual, actions, ov)
+    # 3. what is wanted
+    fire = s.schedule.in_effect(s.now) if s.schedule is not None else None
+    if relaunch is not None and fire is not None and fire.at > relaunch.since:
+        relaunch = None  # a boundary since: the schedule decides afresh
     if ov is not None:
-        until = f" until {ov.until.isoformat()}" if ov.until else ""
-        return Decision(tuple(actions), f"{ov.mode}{until}: keeping {actual}", s.attempts, s.blocked)
-    fire = s.schedule.in_effect(s.now)
-    if fire is None:
-        return Decision(
-            tuple(actions), f"{actual} serves (no schedule entry has fired yet)", s.attempts, s.blocked
+        wants, key, why = ov.backend, ov.set_at, f"{ov.mode} of {ov.backend}"
+    elif fire is not None:
+        wants, key = fire.target, fire.at
+        why = f"schedule line {fire.entry.line} ({fire.entry.fields}) fired at {fire.at.isoformat()}"
+    elif relaunch is not None:
+        wants, key, why = relaunch.backend, relaunch.since, relaunch.why
+    else:
+        if s.schedule is None:
+            summary = f"{actual} serves (no schedule)"
+        else:
+            summary = f"{actual} serves (no schedule entry has fired yet)"
+        return Decision(tuple(actions), summary, s.attempts, s.blocked, relaunch)
+    bringing_back = relaunch is not None and relaunch.backend == wants
+    restart = bringing_back and relaunch is not None and relaunch.restart and actual == wants
+    if wants == actual and not restart:
+        if ov is not None:
+            until = f" until {ov.until.isoformat()}" if ov.until else ""
+            summary = f"{ov.mode}{until}: keeping {actual}"
+        else:
+            summary = f"{actual} serves as the schedule wants"
+        done = None if relaunch is not None and relaunch.backend == actual else relaunch
+        return Decision(tuple(actions), summary, s.attempts, None, done)
+    if bringing_back and s.on_crash.get(wants, "restart") == "stay":
+        stay = (
+            f'{wants} crashed or wedged ({relaunch.why if relaunch else ""}); on_crash = "stay": '
+            "nothing relaunches it before the next boundary, `gpushift switch` or `gpushift resume`"
         )
-    wants = fire.target
-    if wants == actual:
-        return Decision(tuple(actions), f"{actual} serves as the schedule wants", s.attempts, None)
-    a, blocked = s.attempts, s.blocked
-    if a is None or a.fire_at != fire.at or a.target != wants:
-        a, blocked = Attempts(fire.at, wants), None
+        return Decision(tuple(actions), stay, s.attempts, stay, relaunch)
+    if relaunch is not None and bringing_back:
+        key = relaunch.since
+    a: Attempts | None = s.attempts
+    blocked: str | None = s.blocked
+    if a is None or a.fire_at != key or a.target != wants:
+        a, blocked = Attempts(key, wants), None
     if a.failures >= s.max_attempts or a.cancelled_by is not None:
-        nxt = s.schedule.next_boundary(s.now)
+        nxt = s.schedule.next_boundary(s.now) if s.schedule is not None else None
         when = nxt.at.isoformat() if nxt else "never"
         if a.cancelled_by is not None:
             blocked = (
@@ -199,12 +268,13 @@ def decide(s: Snapshot) -> Decision:
                 f"gave up switching to {wants} after {a.failures} failed attempts "
                 f"(last: {a.last_message}); waiting for the next boundary ({when}) or a person"
             )
-        return Decision(tuple(actions), blocked, a, blocked)
+        return Decision(tuple(actions), blocked, a, blocked, relaunch)
     since_failure = s.mono - a.last_failure_mono
     if a.failures and since_failure < s.retry_after_s:
-        return Decision(
-            tuple(actions), f"retrying {wants} in {s.retry_after_s - since_failure:.0f}s", a, blocked
-        )
-    reason = f"schedule line {fire.entry.line} ({fire.entry.fields}) fired at {fire.at.isoformat()}"
-    actions.append(Switch(wants, reason, s.trigger, actual))
-    return Decision(tuple(actions), f"switching {actual} -> {wants}", a, blocked)
+        summary = f"retrying {wants} in {s.retry_after_s - since_failure:.0f}s"
+        return Decision(tuple(actions), summary, a, blocked, relaunch)
+    trigger = Trigger.RECOVERY if bringing_back else s.trigger
+    reason = f"relaunch: {relaunch.why}" if bringing_back and relaunch is not None else why
+    actions.append(Switch(wants, reason, trigger, actual, relaunch=restart))
+    verb = "relaunching" if restart else "switching"
+    return Decision(tuple(actions), f"{verb} {actual} -> {wants}", a, blocked, relaunch)

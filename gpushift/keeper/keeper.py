@@ -10,16 +10,31 @@ and executes the actions it returns.  The mode survives restarts through an :cla
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from ..errors import GpushiftError, SwitchInProgress
-from ..model import OFF, Caller, EventKind, Mode, OverrideSource, Trigger, UnitState
+from ..model import OFF, Caller, EventKind, Mode, Outcome, OverrideSource, Trigger, UnitState
 from ..schedule import Schedule
 from ..switch import Event, SwitchResult
-from .decide import Adopt, Attempts, Log, RecordExternal, SetOverride, Snapshot, Switch, after_result, decide
+from .decide import (
+    Adopt,
+    Attempts,
+    Log,
+    RecordExternal,
+    RecordIncident,
+    RecordRelaunch,
+    Relaunch,
+    SetOverride,
+    Snapshot,
+    Switch,
+    after_result,
+    decide,
+)
 from .override import Override, OverrideStore, after_failed_manual, manual_override
+from .watch import Observation, Seen, observe
 
 
 class SwitchControl(Protocol):
@@ -29,7 +44,17 @@ class SwitchControl(Protocol):
 
     def unit_states(self) -> dict[str, UnitState]: ...
 
-    def request(self, target: str, reason: str, caller: Caller, trigger: Trigger = ...) -> str: ...
+    def request(
+        self,
+        target: str,
+        reason: str,
+        caller: Caller,
+        trigger: Trigger = ...,
+        skip_drain: bool = ...,
+        *,
+        relaunch: bool = ...,
+        verify_running: bool = ...,
+    ) -> str: ...
 
     def result(self, ticket: str) -> SwitchResult | None: ...
 
@@ -37,7 +62,31 @@ class SwitchControl(Protocol):
 
     def note_external(self, from_backend: str, to_backend: str) -> None: ...
 
+    def note_relaunch(self, backend: str, detail: str) -> None: ...
+
+    def record_incident(self, outcome: Outcome, backend: str, detail: str, exit: str) -> None: ...
+
     def add_listener(self, listener: Callable[[Event], None]) -> None: ...
+
+
+class BackendWatch(Protocol):
+    """What the daemon sees of the backends between switches (its job watch and its sampler)."""
+
+    def foreign_job(self, unit: str) -> bool | None:
+        """A job gpushift did not start ran on ``unit`` since the last call (None: cannot tell)."""
+        ...
+
+    def unhealthy_for(self, backend: str) -> float | None:
+        """Seconds the backend's health has failed without a break while its unit is active."""
+        ...
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """Per backend: what to do when it crashes, and how long a failing health URL is tolerated."""
+
+    on_crash: str = "restart"
+    unhealthy_after_s: float = 120.0
 
 
 class Keeper:
@@ -48,6 +97,8 @@ class Keeper:
     now: the wall clock (aware UTC); ``monotonic`` for retry spacing.
     max_attempts: failed scheduled switches per boundary before waiting for the next one.
     retry_after_s: spacing between those attempts.
+    watch: the job watch and health history (None: a failed unit is a crash, an inactive one a
+        person's stop, and nobody notices a wedged backend).
     """
 
     def __init__(
@@ -60,6 +111,8 @@ class Keeper:
         log: Any = None,
         max_attempts: int = 3,
         retry_after_s: float = 30.0,
+        watch: BackendWatch | None = None,
+        settings: Mapping[str, WatchSettings] | None = None,
     ) -> None:
         self.switcher = switcher
         self.schedule = schedule
@@ -69,6 +122,10 @@ class Keeper:
         self.log = log
         self.max_attempts = max_attempts
         self.retry_after_s = retry_after_s
+        self.watch = watch
+        self.settings: dict[str, WatchSettings] = dict(settings or {})
+        self.seen: Seen | None = None
+        self.relaunch: Relaunch | None = None
         self.override: Override | None = store.load()
         self.attempts: Attempts | None = None
         self.blocked: str | None = None
@@ -82,6 +139,7 @@ class Keeper:
     def _on_switch_event(self, event: Event) -> None:
         if event.kind is EventKind.FINISHED:
             self._last_finished = (event.ticket, self.monotonic())
+            self.seen = None  # our own switch changed the unit: look afresh
 
     # ------------------------------------------------------------ settings and people
 
@@ -91,11 +149,15 @@ class Keeper:
             self.attempts = None
             self.blocked = None
 
-    def configure(self, max_attempts: int, retry_after_s: float) -> None:
-        """New retry settings (on reload); they apply from the next tick."""
+    def configure(
+        self, max_attempts: int, retry_after_s: float, settings: Mapping[str, WatchSettings] | None = None
+    ) -> None:
+        """New settings (on reload); they apply from the next tick."""
         with self._lock:
             self.max_attempts = max_attempts
             self.retry_after_s = retry_after_s
+            if settings is not None:
+                self.settings = dict(settings)
 
     def manual(
         self, backend: str, caller: Caller, hold: bool, until: datetime | None, reason: str
@@ -105,6 +167,7 @@ class Keeper:
             ov = manual_override(self.now(), self.schedule, backend, caller.user, hold, until, reason)
             self._set_override(ov)
             self.blocked = None  # a person acted: an old "gave up" no longer describes the state
+            self.relaunch = None
             return ov
 
     def manual_failed(self, backend: str) -> None:
@@ -132,6 +195,7 @@ class Keeper:
             self._set_override(None)
             self.attempts = None
             self.blocked = None
+            self.relaunch = None
             self._info("schedule_resumed", by=caller.user)
             action = self.tick(Trigger.RECONCILE)
             return f"obeying the schedule again: {action}"
@@ -145,6 +209,7 @@ class Keeper:
             decision = decide(self._snapshot(trigger))
             self.attempts = decision.attempts
             self.blocked = decision.blocked
+            self.relaunch = decision.relaunch
             action = decision.summary
             for a in decision.actions:
                 action = self._execute(a, action)
@@ -155,6 +220,14 @@ class Keeper:
         busy, established = self.switcher.snapshot()
         states = {} if busy else self.switcher.unit_states()
         busy_after, established_after = self.switcher.snapshot()
+        obs = Observation(seen=self.seen)
+        st = states.get(established) if established is not None else None
+        if st is not None and established is not None:
+            w = self.settings.get(established, WatchSettings())
+            foreign = self.watch.foreign_job(st.name) if self.watch is not None else None
+            unhealthy = self.watch.unhealthy_for(established) if self.watch is not None else None
+            obs = observe(established, st, self.seen, foreign, unhealthy, w.unhealthy_after_s)
+        self.seen = obs.seen
         return Snapshot(
             now=self.now(),
             mono=self.monotonic(),
@@ -164,8 +237,11 @@ class Keeper:
             # A switch that started while systemd was asked makes what it said stale.
             busy=busy or busy_after or established_after != established,
             established=established,
-            running=tuple(name for name, st in states.items() if st.running),
-            failed=frozenset(name for name, st in states.items() if st.failed),
+            running=tuple(name for name, u in states.items() if u.running and not u.exited),
+            incident=obs.incident,
+            relaunched=obs.relaunched,
+            relaunch=self.relaunch,
+            on_crash={name: w.on_crash for name, w in self.settings.items()},
             attempts=self.attempts,
             blocked=self.blocked,
             max_attempts=self.max_attempts,
@@ -179,11 +255,23 @@ class Keeper:
             self.switcher.adopt(a.backend, force=a.force)
         elif isinstance(a, RecordExternal):
             self.switcher.note_external(a.was, a.now)
+        elif isinstance(a, RecordRelaunch):
+            self.switcher.note_relaunch(a.backend, a.detail)
+        elif isinstance(a, RecordIncident):
+            i = a.incident
+            self.switcher.record_incident(i.outcome, i.backend, i.detail, i.exit)
         elif isinstance(a, Log):
             (self._warn if a.level == "warning" else self._info)(a.event, **a.fields)
         elif isinstance(a, Switch):
             try:
-                ticket = self.switcher.request(a.target, a.reason, Caller.daemon(), a.trigger)
+                ticket = self.switcher.request(
+                    a.target,
+                    a.reason,
+                    Caller.daemon(),
+                    a.trigger,
+                    relaunch=a.relaunch,
+                    verify_running=a.relaunch,
+                )
             except SwitchInProgress:
                 return "a switch is running; deciding after it"
             self._pending_ticket = ticket

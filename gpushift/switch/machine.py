@@ -27,6 +27,7 @@ from ..errors import GpushiftError, NothingToCancel, SwitchFailed, SwitchInProgr
 from ..model import OFF, Caller, EventKind, Outcome, Phase, SwitchRecord, Trigger, UnitState
 from ..policy import running_backends
 from ..ports import Ports
+from . import records
 from .failure import FailurePolicy, close
 from .preflight import Preflight, already_there
 from .run import Event, StepFailed, SwitchResult, SwitchRun
@@ -137,30 +138,17 @@ class Switcher:
 
     def note_external(self, from_backend: str, to_backend: str) -> None:
         """Record a change made outside gpushift (systemctl) in the ledger and adopt it."""
-        now = self.ports.clock.now()
-        rec = SwitchRecord(
-            trigger=Trigger.EXTERNAL.value,
-            requested_by="systemctl",
-            reason=f"{from_backend} -> {to_backend} changed outside gpushift; not undone before the next boundary",
-            from_backend=from_backend,
-            to_backend=to_backend,
-            started_at=now,
-            finished_at=now,
-            outcome=Outcome.OK.value,
-            gpushift_version=self.version,
-            ticket="external-" + uuid.uuid4().hex[:8],
-        )
-        b = self.config.backends.get(to_backend)
-        if b is not None:
-            st = self.ports.units.state(b.unit)
-            rec.unit = b.unit
-            rec.unit_path = st.fragment_path or None
-            rec.argv_configured = list(st.exec_start)
-            rec.argv_running = self.ports.host.cmdline(st.main_pid) if st.main_pid else []
-        rec.id = self.ports.ledger.begin(rec)
-        self.ports.ledger.finish(rec)
+        records.external(self.ports, self.config, self.version, from_backend, to_backend)
         with self._lock:
             self._established = to_backend
+
+    def note_relaunch(self, backend: str, detail: str) -> None:
+        """Record a relaunch of the serving backend outside gpushift (its launch as it runs now)."""
+        records.relaunch(self.ports, self.config, self.version, backend, detail)
+
+    def record_incident(self, outcome: Outcome, backend: str, detail: str, exit: str) -> None:
+        """Record that the serving backend crashed or wedged (the keeper decides what follows)."""
+        records.incident(self.ports, self.config, self.version, outcome, backend, detail, exit)
 
     def request(
         self,

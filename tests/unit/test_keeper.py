@@ -127,9 +127,10 @@ class Rig:
             caller: Caller,
             trigger: Trigger = Trigger.MANUAL,
             skip_drain: bool = False,
+            **kw: Any,
         ) -> str:
             self.requests.append((target, trigger.value, caller.user))
-            return real(target, reason, caller, trigger, skip_drain)
+            return real(target, reason, caller, trigger, skip_drain, **kw)
 
         switcher.request = request  # type: ignore[method-assign]
 

@@ -12,8 +12,18 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from gpushift.keeper import Attempts, Decision, Override, Snapshot, decide
-from gpushift.keeper.decide import Adopt, Log, RecordExternal, SetOverride, Switch, after_result
-from gpushift.model import OFF, Mode, OverrideSource, Trigger
+from gpushift.keeper.decide import (
+    Adopt,
+    Log,
+    RecordExternal,
+    RecordIncident,
+    RecordRelaunch,
+    SetOverride,
+    Switch,
+    after_result,
+)
+from gpushift.keeper.watch import Incident
+from gpushift.model import OFF, Mode, Outcome, OverrideSource, Trigger
 from gpushift.schedule import parse_schedule
 
 UTC = timezone.utc
@@ -121,12 +131,57 @@ def test_decide_attempts_exhausted_gives_up_until_the_next_boundary() -> None:
     assert switches(d) == [("day", Trigger.RECONCILE)] and d.blocked is None
 
 
-def test_decide_backend_died_is_adopted_as_off_and_brought_back() -> None:
-    d = decide(snap(running=(), failed=frozenset({"day"})))
+CRASH = Incident(
+    Outcome.CRASHED, "day", "gs-day.service exited by itself (exit status 0)", "success", "exit status 0"
+)
+
+
+def test_decide_backend_died_is_recorded_adopted_as_off_and_brought_back() -> None:
+    d = decide(snap(running=(), incident=CRASH))
+    assert of(d, RecordIncident) == [RecordIncident(CRASH)]
     assert Adopt(OFF, force=True) in d.actions
     assert of(d, Log)[0].event == "backend_crashed"
     assert of(d, RecordExternal) == [] and of(d, SetOverride) == []
-    assert switches(d) == [("day", Trigger.RECONCILE)]
+    assert switches(d) == [("day", Trigger.RECOVERY)]
+    assert d.relaunch is not None and d.relaunch.backend == "day" and not d.relaunch.restart
+
+
+def test_decide_crashed_backend_under_an_override_is_relaunched_too() -> None:
+    ov = Override(Mode.OVERRIDE, "day", utc(2, 20), "alice", utc(2, 11))
+    d = decide(snap(running=(), incident=CRASH, override=ov))
+    assert switches(d) == [("day", Trigger.RECOVERY)]
+
+
+def test_decide_crashed_backend_with_on_crash_stay_is_not_relaunched() -> None:
+    d = decide(snap(running=(), incident=CRASH, on_crash={"day": "stay"}))
+    assert of(d, RecordIncident) and switches(d) == []
+    assert d.blocked is not None and 'on_crash = "stay"' in d.blocked
+    # ...and stays so at the next decision, until the next boundary
+    again = decide(snap(running=(), established=OFF, relaunch=d.relaunch, on_crash={"day": "stay"}))
+    assert switches(again) == [] and again.relaunch == d.relaunch
+    assert switches(decide(snap(now=utc(2, 20), running=(), established=OFF, relaunch=d.relaunch))) == [
+        ("night", Trigger.RECONCILE)
+    ]
+
+
+def test_decide_crash_that_systemd_restarted_is_recorded_and_nothing_more() -> None:
+    inc = Incident(Outcome.CRASHED, "day", "restarted by systemd", serving_again=True)
+    d = decide(snap(incident=inc))
+    assert of(d, RecordIncident) == [RecordIncident(inc)] and switches(d) == [] and d.relaunch is None
+    assert of(d, Adopt) == []
+
+
+def test_decide_wedged_backend_is_relaunched_through_the_gate() -> None:
+    inc = Incident(Outcome.UNHEALTHY, "day", "day has not answered its health URL for 130s")
+    d = decide(snap(incident=inc))
+    (sw,) = of(d, Switch)
+    assert (sw.target, sw.trigger, sw.relaunch) == ("day", Trigger.RECOVERY, True)
+    assert of(d, Adopt) == []  # it still runs: the relaunch stops it first
+
+
+def test_decide_relaunch_behind_our_back_is_recorded() -> None:
+    d = decide(snap(relaunched="gs-day.service was relaunched outside gpushift (main pid 1 -> 2)"))
+    assert [a.backend for a in of(d, RecordRelaunch)] == ["day"] and switches(d) == []
 
 
 def test_decide_person_stopped_a_unit_is_an_external_override_until_the_next_boundary() -> None:

@@ -1,0 +1,102 @@
+"""L3: watching the serving backend between switches — what happened to it, as plain values.
+
+The keeper looks at the serving backend's unit at every decision and tells apart:
+
+* a person's ``systemctl stop`` — a stop job gpushift did not start (the keeper's external rule);
+* an exit by itself, whatever the exit status (vLLM can exit 0 when its engine dies, vllm#48966,
+  so ``Result=success`` does not mean a person stopped it): outcome ``crashed``;
+* a crash that systemd's ``Restart=`` already undid (``NRestarts`` went up): ``crashed`` too, the
+  unit serves again on its own;
+* a relaunch behind gpushift's back (``systemctl restart``: the main process changed, no restart
+  of systemd's own): a ledger row with trigger ``external``;
+* a wedged backend: its unit active, its health URL failing for ``unhealthy_after_s``: outcome
+  ``unhealthy``.
+
+:func:`observe` is pure: the unit as systemd reports it now, what the keeper saw last time, whether
+a job gpushift did not start ran on the unit, and how long the health has been failing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model import Outcome, UnitState
+
+
+@dataclass(frozen=True)
+class Seen:
+    """The serving backend's unit as the keeper last saw it."""
+
+    backend: str
+    main_pid: int
+    main_start_us: int
+    n_restarts: int
+
+    @staticmethod
+    def of(backend: str, st: UnitState) -> Seen:
+        return Seen(backend, st.main_pid, st.main_start_us, st.n_restarts)
+
+
+@dataclass(frozen=True)
+class Incident:
+    """Something happened to the serving backend that nobody asked for."""
+
+    outcome: Outcome  # CRASHED or UNHEALTHY
+    backend: str
+    detail: str  # one line for a person
+    unit_result: str = ""
+    exit: str = ""  # "exit status 0" / "killed by signal 9" ...
+    serving_again: bool = False  # systemd's Restart= already brought it back
+
+
+@dataclass(frozen=True)
+class Observation:
+    incident: Incident | None = None
+    relaunched: str | None = None  # detail of a relaunch behind gpushift's back
+    seen: Seen | None = None
+
+
+def observe(
+    backend: str,
+    st: UnitState,
+    seen: Seen | None,
+    foreign_job: bool | None,
+    unhealthy_for_s: float | None,
+    unhealthy_after_s: float,
+) -> Observation:
+    """What happened to ``backend`` (the one gpushift established) since ``seen``.
+
+    ``foreign_job``: a job gpushift did not start ran on the unit (None: cannot be told — then
+    only a *failed* unit counts as an exit by itself, and an inactive one as a person's stop).
+    """
+    if st.exited:
+        by_itself = (st.failed or st.sub_state == "auto-restart") if foreign_job is None else not foreign_job
+        if not by_itself:
+            return Observation()  # a person's systemctl stop: the external rule's business
+        return Observation(
+            Incident(
+                Outcome.CRASHED,
+                backend,
+                f"{st.name} exited by itself ({st.exit_description()})",
+                st.result,
+                st.exit_description(),
+            )
+        )
+    now = Seen.of(backend, st)
+    if seen is None or seen.backend != backend:
+        return Observation(seen=now)  # the first look after a switch: nothing to compare yet
+    if st.n_restarts > seen.n_restarts:
+        detail = f"{st.name} crashed and systemd restarted it (Restart=, {st.n_restarts} restart(s) in all)"
+        return Observation(
+            Incident(Outcome.CRASHED, backend, detail, st.result, st.exit_description(), serving_again=True),
+            seen=now,
+        )
+    if (st.main_pid, st.main_start_us) != (seen.main_pid, seen.main_start_us) and st.main_pid:
+        detail = f"{st.name} was relaunched outside gpushift (main pid {seen.main_pid} -> {st.main_pid})"
+        return Observation(relaunched=detail, seen=now)
+    if unhealthy_for_s is not None and unhealthy_for_s >= unhealthy_after_s:
+        detail = (
+            f"{backend} has not answered its health URL for {unhealthy_for_s:.0f}s while its unit is active"
+        )
+        return Observation(Incident(Outcome.UNHEALTHY, backend, detail, st.result), seen=now)
+    return Observation(seen=now)
