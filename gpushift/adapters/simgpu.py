@@ -13,6 +13,10 @@ on real processes.  How much a holder holds:
 Memory comes back ``gpu.simulated_release_delay_s`` after holders close the file, as a real driver
 frees memory a moment after the process ends.  Everything a person sees says SIMULATED.
 
+A GPU "falls off the bus" while a file ``<simulated_dir>/nvidiaN.gone`` exists: the provider then
+does not list GPU N (as NVML stops listing a GPU whose driver is reloading or that fell off the
+bus), and asking for it gives an unknown reading.  ``touch``/``rm`` that file to simulate it.
+
 Also a tiny holder program for tests and the demo::
 
     python -m gpushift.adapters.simgpu hold PATH [PATH ...]
@@ -128,6 +132,10 @@ class SimulatedGpuProbe:
         """Every simulated GPU's device file, by index."""
         return {i: self.device_path(i) for i in range(self.count)}
 
+    def visible(self) -> list[int]:
+        """The GPUs the provider lists (not those whose ``nvidiaN.gone`` marker exists)."""
+        return [i for i in range(self.count) if not os.path.exists(self.device_path(i) + ".gone")]
+
     def ensure_device_files(self) -> None:
         """Create the directory and device files if missing and give them their modes.
 
@@ -168,7 +176,7 @@ class SimulatedGpuProbe:
                 ecc_uncorrected=0,
                 ecc_corrected=0,
             )
-            for i in range(self.count)
+            for i in self.visible()
         )
         return HostGpuFacts(
             simulated=True,
@@ -190,12 +198,17 @@ class SimulatedGpuProbe:
             The readings in the order asked; a GPU that does not exist or whose device file is
             missing comes back UNKNOWN.
         """
-        wanted = list(range(self.count)) if indices is None else list(indices)
+        visible = self.visible()
+        wanted = visible if indices is None else list(indices)
         with self._lock:
             missing: dict[int, str] = {}
             for i in wanted:
                 if not 0 <= i < self.count:
                     missing[i] = f"{SIMULATED}: no GPU {i} on this simulated host ({self.count} GPUs)"
+                elif i not in visible:
+                    missing[i] = (
+                        f"{SIMULATED}: GPU {i} is not listed (fell off the bus: nvidia{i}.gone exists)"
+                    )
             paths = {i: self.device_path(i) for i in wanted if i not in missing}
             if any(not os.path.exists(p) for p in paths.values()):
                 try:

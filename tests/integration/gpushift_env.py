@@ -47,6 +47,7 @@ class Backend:
     version_command: list[str] | None = None
     drain_timeout_s: float = 10.0
     extra_service: str = ""  # more [Service] lines
+    extra_config: list[str] = field(default_factory=list)  # more lines of its [backends.NAME] table
 
     @property
     def unit(self) -> str:
@@ -93,6 +94,7 @@ class GpushiftEnv:
             f"reconcile_interval_s = {o['reconcile_interval_s']}",
         ]
         lines.append(f'schedule = "{o.get("schedule") or ""}"')
+        lines += list(o.get("daemon_lines") or [])  # more [daemon] keys
         lines += [
             "",
             "[gpu]",
@@ -124,6 +126,7 @@ class GpushiftEnv:
                 f"drain_timeout_s = {b.drain_timeout_s}",
                 f"gpus = {json.dumps(b.gpus)}",
                 f"simulated_vram_mib = {b.vram_mib}",
+                *b.extra_config,
             ]
         return "\n".join(lines) + "\n"
 

@@ -12,6 +12,9 @@ Endpoints:
                           ``vllm:num_requests_running`` / ``vllm:num_requests_waiting``
     POST /v1/completions  sleeps ``--request-seconds`` (or the body's ``"sleep"``), counted as running
                           meanwhile, then answers a small OpenAI-shaped completion
+    POST /control         a test's remote control: ``{"exit": N}`` exits with status N (a backend
+                          dying by itself; vLLM can exit 0 when its engine dies), ``{"health": "fail"}``
+                          makes /health answer 503 from now on (a wedged backend), ``"ok"`` undoes it
 
 Misbehaviours on request (each one a failure gpushift must survive):
     --exit-at-once             exit 1 at once, like a missing binary or a bad flag
@@ -72,10 +75,14 @@ class StandinState:
         self.running = 0
         self.served = 0
         self.lock = threading.Lock()
+        self.wedged = False
+        self.exit_code: int | None = None
+        self.stop = threading.Event()
 
     @property
     def ready(self) -> bool:
-        return not self.args.never_ready and time.monotonic() - self.started >= self.args.start_delay
+        loaded = time.monotonic() - self.started >= self.args.start_delay
+        return not self.args.never_ready and not self.wedged and loaded
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -127,10 +134,21 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": f"no such path {path}"})
 
+    def _control(self, body: dict[str, Any]) -> None:
+        st = self.state
+        if "health" in body:
+            st.wedged = body["health"] == "fail"
+            log(f"control: health {'fails from now on' if st.wedged else 'answers again'}")
+        self._json(200, {"ok": True})
+        if "exit" in body:
+            st.exit_code = int(body["exit"])
+            log(f"control: exiting with status {st.exit_code}")
+            st.stop.set()
+
     def do_POST(self) -> None:
         st = self.state
         path = self.path.split("?", 1)[0]
-        if path != "/v1/completions":
+        if path not in ("/v1/completions", "/control"):
             self._json(404, {"error": f"no such path {path}"})
             return
         length = int(self.headers.get("Content-Length") or 0)
@@ -138,6 +156,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
             self._json(400, {"error": "body is not JSON"})
+            return
+        if path == "/control":
+            self._control(body)
             return
         if not st.ready:
             self._json(503, {"error": "model is loading"})
@@ -325,14 +346,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ready_note = threading.Timer(args.start_delay, lambda: log("ready"))
         ready_note.daemon = True
         ready_note.start()
-    while not stop.wait(3600):
+    while not (stop.wait(0.2) or state.stop.is_set()):
         pass
     server.shutdown()
     server.server_close()
     for f in devices:
         f.close()
     log("stopped")
-    return 0
+    return state.exit_code if state.exit_code is not None else 0
 
 
 if __name__ == "__main__":

@@ -393,6 +393,7 @@ class FakeGpu:
         self.allocs: dict[str, _Alloc] = {}
         self.foreign: list[_Foreign] = []
         self.orphans_on_stop: dict[str, list[_Foreign]] = {}
+        self.uuids: dict[int, str] = {}  # a replaced card: another UUID at the same index
         self._lock = threading.RLock()
 
     # --- set-up
@@ -450,7 +451,8 @@ class FakeGpu:
             driver_version="580.0.0",
             cuda_version="13.0",
             gpus=tuple(
-                GpuInfo(i, "Fake V100", f"GPU-fake-{i}", self.total_mib, (7, 0)) for i in range(self.count)
+                GpuInfo(i, "Fake V100", self.uuids.get(i, f"GPU-fake-{i}"), self.total_mib, (7, 0))
+                for i in range(self.count)
             ),
         )
 
@@ -469,6 +471,8 @@ class FakeGpu:
     def _reading(self, i: int) -> GpuReading:
         name = "Fake V100"
         err = self.error or self.errors.get(i)
+        if err is None and not 0 <= i < self.count:
+            err = f"NVML: no GPU {i} on this host (NVML sees {self.count})"
         if err is not None:
             return GpuReading(index=i, name=name, total_mib=self.total_mib, used_mib=None, error=err)
         holders: list[Holder] = []
@@ -733,7 +737,7 @@ health_url = "http://127.0.0.1:18000/health"
 version_url = "http://127.0.0.1:18000/version"
 start_timeout_s = {day_start_timeout_s}
 drain_timeout_s = {day_drain_timeout_s}
-gpus = [0, 1]
+{day_gpus_line}
 
 [backends.night]
 unit = "gpushift-night.service"
@@ -752,6 +756,7 @@ DEFAULTS: dict[str, Any] = {
     "day_start_timeout_s": 60,
     "day_drain_timeout_s": 10,
     "night_start_timeout_s": 30,
+    "day_gpus_line": "gpus = [0, 1]",  # "" : day uses every GPU the host has
 }
 
 #: The backends of the world's config: name -> (unit, port, GPUs, MiB per GPU it holds).
