@@ -299,6 +299,7 @@ class Daemon:
         self.schedule = new_schedule
         self.keeper.set_schedule(new_schedule)
         self.keeper.configure(new.daemon.max_attempts, new.daemon.retry_after_s, watch_settings(new))
+        self._keep_units_loaded()
         self.reload_error = None
         self.reloaded_at = datetime.now(timezone.utc)
         self.log.info("reloaded", why=why, config=self.config_path)
@@ -346,6 +347,7 @@ class Daemon:
             return 1
         self._loop = GLib.MainLoop()
         self._start_jobwatch()
+        self._keep_units_loaded()
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGTERM, self._quit)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGINT, self._quit)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGHUP, self._sighup)
@@ -379,6 +381,18 @@ class Daemon:
         self.notify.stopping()
         self.log.info("daemon_stopping", detail="backends are left as they are")
         return 0
+
+    def _keep_units_loaded(self) -> None:
+        """Reference every backend unit, so an exit's status stays readable (systemd unloads an
+        unreferenced unit that exited 0, and forgets how it ended)."""
+        keep = getattr(self.components.ports.units, "keep_loaded", None)
+        if keep is None:
+            return
+        for b in self.config.backends.values():
+            try:
+                keep(b.unit)
+            except GpushiftError as e:
+                self.log.warning("unit_not_referenced", unit=b.unit, error=str(e))
 
     def _start_jobwatch(self) -> None:
         """Watch systemd's JobNew on the loop thread: a person's systemctl from a backend's own exit."""

@@ -312,6 +312,19 @@ class SystemdUnits:
             n_restarts=int(s.get("NRestarts", 0)),
         )
 
+    def keep_loaded(self, unit: str) -> None:
+        """Hold a client reference on ``unit`` (``Unit.Ref()``): systemd then keeps it loaded when it
+        goes inactive, so how its main process ended (``ExecMainCode``/``ExecMainStatus``) can still
+        be read — an unreferenced unit that exits 0 is unloaded at once and forgets it (measured).
+        The reference ends with this bus connection."""
+        path = self._call("load", unit, self._mgr().LoadUnit, unit)
+        try:
+            self._bus.get(SYSTEMD_BUS_NAME, path)[UNIT_IFACE].Ref(timeout=self._call_timeout_s)
+        except Exception as e:
+            if not _is_glib_error(e):
+                raise
+            raise self._error("reference", unit, e) from e
+
     def start(self, unit: str, timeout_s: float) -> JobResult:
         """StartUnit(replace) and wait for the job to end.
 

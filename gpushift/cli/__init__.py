@@ -243,8 +243,9 @@ def render_status(s: dict[str, Any]) -> str:
     last = s.get("last_switch")
     if last:
         sched = s.get("schedule") or {}
-        if sched.get("blocked"):
-            lines.append(f"blocked:  {sched['blocked']}")
+        blocked = s.get("blocked") or sched.get("blocked")
+        if blocked:
+            lines.append(f"blocked:  {blocked}")
         lines.append(
             f"last:     #{last.get('id')} {last.get('from') or 'off'} -> {last.get('to')} "
             f"{last.get('outcome')} at {last.get('finished_at') or last.get('started_at')} "

@@ -288,9 +288,10 @@ class Keeper:
             return
         self._pending_ticket = None
         ticket, ended = self._last_finished
-        self.attempts = after_result(
-            self.attempts, res.ok, res.message, ended if ticket == t else self.monotonic()
-        )
+        ended_mono = ended if ticket == t else self.monotonic()
+        self.attempts = after_result(self.attempts, res.ok, res.message, ended_mono, res.cancelled_by)
+        if res.ok and self.relaunch is not None and res.to_backend == self.relaunch.backend:
+            self.relaunch = None  # brought back
 
     def _set_override(self, ov: Override | None) -> None:
         self.override = ov
@@ -312,7 +313,20 @@ class Keeper:
                 mode = "manual (no schedule)"
             else:
                 mode = ov.describe() if ov is not None else Mode.SCHEDULE.value
-            out: dict[str, Any] = {"mode": mode, "override": ov.to_dict() if ov else None}
+            out: dict[str, Any] = {
+                "mode": mode,
+                "override": ov.to_dict() if ov else None,
+                "blocked": self.blocked,  # why the keeper does not act (gave up, cancelled, on_crash)
+                "relaunch": (
+                    {
+                        "backend": self.relaunch.backend,
+                        "since": self.relaunch.since.isoformat(),
+                        "why": self.relaunch.why,
+                    }
+                    if self.relaunch
+                    else None
+                ),
+            }
             if self.schedule is not None:
                 fire = self.schedule.in_effect(now)
                 nxt = self.schedule.next_change(now)

@@ -230,8 +230,11 @@ class Switcher:
     def _report(self, run: SwitchRun, phase: Phase, detail: str) -> None:
         self._beat()
         with self._lock:
+            changed = run.phase is not phase
             run.phase = phase
             run.detail = detail
+        if changed and run.ledger_id is not None:
+            self.steps.persist(run)  # a daemon that dies now knows the phase it died in
         self.log.info("switch_phase", ticket=run.ticket, phase=phase.value, detail=detail)
         elapsed = self.ports.clock.monotonic() - run.started_mono
         self._emit(Event(run.ticket, EventKind.PROGRESS, phase, detail, elapsed))

@@ -77,6 +77,11 @@ class GpushiftEnv:
         }
         self.opts.update(daemon_opts)
         self.extra_env: list[str] = []
+        # Red/green checks: run the daemon and the CLI from another checkout of gpushift (e.g. the
+        # code before a change) while the tests stay these ones.
+        self.product_path = os.environ.get("GPUSHIFT_TEST_PRODUCT_PATH")
+        if self.product_path:
+            self.extra_env.append(f"PYTHONPATH={self.product_path}")
         self.gpushift = GPUSHIFT  # the command the unit and the CLI calls run (another install's, in a test)
 
     # ------------------------------------------------------------ setup
@@ -179,6 +184,8 @@ class GpushiftEnv:
         self, *args: str, timeout_s: float = 120, check: bool = False
     ) -> subprocess.CompletedProcess[str]:
         env = dict(self.sb.env)
+        if self.product_path:
+            env["PYTHONPATH"] = self.product_path
         env["GPUSHIFT_CONFIG"] = str(self.config_path)
         r = subprocess.run([self.gpushift, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
         if check and r.returncode != 0:
@@ -190,6 +197,8 @@ class GpushiftEnv:
 
     def cli_popen(self, *args: str) -> subprocess.Popen[str]:
         env = dict(self.sb.env)
+        if self.product_path:
+            env["PYTHONPATH"] = self.product_path
         env["GPUSHIFT_CONFIG"] = str(self.config_path)
         return subprocess.Popen(
             [self.gpushift, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -754,3 +754,27 @@ def test_keeper_failed_manual_switch_keeps_override_on_what_runs(world: Any) -> 
     assert keeper.override is not None and keeper.override.backend == "day" and keeper.override.mode == "hold"
     assert "failed" in keeper.override.reason
     assert store.load().backend == "day"
+
+
+def test_keeper_cancelled_scheduled_switch_is_not_retried_before_the_next_boundary(
+    rig: Callable[..., Rig],
+) -> None:
+    r = rig(start=utc(2, 21), running="day", retry_after_s=30)
+    r.world.probe.set_health(r.world.url("night"), ok_after=None, before=503)
+    cancelled: list[str] = []
+
+    def cancel_while_loading(e: Any) -> None:
+        if e.kind == "progress" and e.phase == "ready" and not cancelled:
+            cancelled.append(r.world.switcher.cancel(ALICE))
+
+    r.world.switcher.listeners.append(cancel_while_loading)
+    r.tick(Trigger.RECONCILE)
+    assert cancelled and r.world.running() == ["day"]  # rolled back
+    r.wall.advance(600)  # long past retry_after_s
+    r.tick(Trigger.RECONCILE)
+    assert r.keeper_requests() == [("night", "reconcile")]  # asked once, not again
+    blocked = r.status()["blocked"]
+    assert blocked is not None and "cancelled by alice" in blocked and "resume" in blocked
+    r.keeper.resume(ALICE)  # a person asks: the schedule is obeyed again at once
+    r.settle()
+    assert r.keeper_requests() == [("night", "reconcile"), ("night", "reconcile")]
