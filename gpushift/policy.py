@@ -6,11 +6,11 @@ plain values.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from .config import Config
-from .model import OFF, GateState, GpuReading, Holder, HostGpuFacts
+from .model import OFF, GateState, GpuReading, Holder
 
 
 def gate_gpus(
@@ -109,35 +109,6 @@ def gate(
         bool(missing) or not readings or any(r.state(residual_mib) is GateState.UNKNOWN for r in blocking)
     )
     return GateVerdict(False, blocking, "; ".join(problems), unknown)
-
-
-def identity_problems(
-    facts: HostGpuFacts, known: Mapping[int, str], accepted: Collection[str], needed: Collection[int]
-) -> list[str]:
-    """GPUs whose identity does not match the last launch (fail closed, with what to do).
-
-    ``known`` is index → UUID as the last launch saw them; ``needed`` the indices a switch gates on.
-    A GPU that was seen before and is not listed now, or whose UUID changed (a replaced card, or a
-    reordered bus: the gate would watch the wrong card) is a problem until its new UUID is listed
-    in ``[gpu] accepted_gpu_uuids``.
-    """
-    now = {g.index: g.uuid for g in facts.gpus}
-    out: list[str] = []
-    for i in sorted(set(needed) | set(known)):
-        old = known.get(i)
-        if i not in now:
-            if i in needed or old is not None:
-                was = f" (it was {old} at the last launch)" if old else ""
-                out.append(
-                    f"GPU {i} is not visible{was}: the driver may be reloading or the GPU fell off the bus"
-                )
-            continue
-        if old is not None and now[i] != old and now[i] not in accepted:
-            out.append(
-                f"GPU {i} changed identity since the last launch: {old} -> {now[i]} (a replaced card or a "
-                f'reordered bus); if that is intended, add "{now[i]}" to [gpu] accepted_gpu_uuids and reload'
-            )
-    return out
 
 
 @dataclass(frozen=True)

@@ -56,16 +56,18 @@ def _checkpoint(backend_kind: str, argv: Sequence[str], env: dict[str, str]) -> 
         return None
 
 
-def _ledger_memory(ledger: Ledger | None) -> tuple[dict[str, str], dict[str, int]]:
-    """The last version of each backend and the corrected ECC counts at the last launch."""
+def _ledger_memory(ledger: Ledger | None) -> tuple[dict[str, str], dict[str, int], dict[int, str] | None]:
+    """The last version of each backend, the corrected ECC counts at the last launch, and the GPUs
+    (index -> UUID) the last successful launch saw (None: no launch recorded yet)."""
     versions: dict[str, str] = {}
     ecc: dict[str, int] = {}
+    known: dict[int, str] | None = None
     if ledger is None:
-        return versions, ecc
+        return versions, ecc, known
     try:
         rows = ledger.list(limit=100)
     except Exception:
-        return versions, ecc
+        return versions, ecc, known
     for r in rows:  # newest first
         if r.backend_version and r.to_backend not in versions and r.outcome == "ok":
             versions[r.to_backend] = r.backend_version
@@ -73,7 +75,10 @@ def _ledger_memory(ledger: Ledger | None) -> tuple[dict[str, str], dict[str, int
             for g in r.gpu_facts.get("gpus", []):
                 if g.get("uuid") and g.get("ecc_corrected") is not None:
                     ecc[g["uuid"]] = int(g["ecc_corrected"])
-    return versions, ecc
+        gpus = (r.gpu_facts or {}).get("gpus") or []
+        if known is None and r.outcome == "ok" and gpus and not (r.gpu_facts or {}).get("error"):
+            known = {int(g["index"]): str(g["uuid"]) for g in gpus if g.get("uuid")}
+    return versions, ecc, known
 
 
 def run_checks(
@@ -86,7 +91,7 @@ def run_checks(
 ) -> tuple[list[doctor.Finding], HostGpuFacts, dict[str, UnitState | None]]:
     """Every finding for every configured backend, with the facts it was based on."""
     facts = facts or gpu.facts()
-    versions, ecc = _ledger_memory(ledger)
+    versions, ecc, known = _ledger_memory(ledger)
     states: dict[str, UnitState | None] = {}
     inputs = []
     for name, b in config.backends.items():
@@ -118,6 +123,8 @@ def run_checks(
         path_exists=os.path.exists,
         previous_ecc_corrected=ecc or None,
         accepted_ecc_uncorrected=dict(config.gpu.accepted_ecc_uncorrected) or None,
+        known_gpus=known,
+        accepted_gpu_uuids=config.gpu.accepted_gpu_uuids,
         listeners=tcp_listeners(),
     )
     return findings, facts, states

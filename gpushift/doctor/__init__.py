@@ -21,6 +21,8 @@ The package, one job a module:
   port, launch rules, model paths, stop rules).  A kind missing from it (``generic``) gets only the
   common rules.
 * ``gpus`` -- which GPUs a backend runs on.
+* ``identity`` -- GPUs that changed since the last launch, and index selection that CUDA and NVML
+  would read as different cards.
 
 To give a new backend kind its rules: write ``gpushift/doctor/<kind>.py`` with a
 ``launch_rules(launch)`` and a ``model_paths(args)`` (and ``stop_rules`` if its server drains
@@ -36,7 +38,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from .. import cmdline
 from ..config import BackendConfig
 from ..model import Holder, HostGpuFacts, UnitState
-from . import common
+from . import common, identity
 from .common import USEC_INFINITY, backend_port, version_matches
 from .findings import (
     BF16_EMULATED,
@@ -46,6 +48,9 @@ from .findings import (
     ERROR,
     FP8_UNSUPPORTED,
     GPU_FACTS_UNAVAILABLE,
+    GPU_IDENTITY_CHANGED,
+    GPU_ORDER_AMBIGUOUS,
+    GPUS_MISMATCH,
     HEALTH_URL_PORT,
     MODEL_PATH_MISSING,
     PORT_DUPLICATE,
@@ -80,6 +85,9 @@ __all__ = [
     "FP8_MIN_CC",
     "FP8_UNSUPPORTED",
     "GPU_FACTS_UNAVAILABLE",
+    "GPU_IDENTITY_CHANGED",
+    "GPU_ORDER_AMBIGUOUS",
+    "GPUS_MISMATCH",
     "HEALTH_URL_PORT",
     "KINDS",
     "MODEL_PATH_MISSING",
@@ -126,6 +134,8 @@ def check_backend(
     other_ports: Mapping[str, int] | None = None,
     other_units: Collection[str] = (),
     listeners: Mapping[int, Holder] | None = None,
+    known_gpus: Mapping[int, str] | None = None,
+    accepted_gpu_uuids: Collection[str] = (),
 ) -> list[Finding]:
     """Every finding about launching one backend on this host.
 
@@ -148,6 +158,8 @@ def check_backend(
         other_ports: the other backends' ports, by backend name.
         other_units: the other backends' unit names.
         listeners: who listens on which TCP port right now.
+        known_gpus: the GPUs (index -> UUID) as the last launch saw them.
+        accepted_gpu_uuids: new UUIDs a person accepted after replacing a card.
 
     Returns:
         The findings, in rule order (not sorted by severity).
@@ -158,6 +170,7 @@ def check_backend(
     args = cmdline.expand(argv, env)
     gpus = backend_gpus(backend, env, facts)
     out.extend(common.gpu_facts_rules(name, facts))
+    out.extend(identity.identity_rules(name, backend, env, facts, known_gpus, accepted_gpu_uuids))
     if kind is not None:
         out.extend(kind.launch(Launch(backend, args, env, facts, gpus, checkpoint)))
         if path_exists is not None and not common.in_container(args):
@@ -178,6 +191,8 @@ def check_all(
     previous_ecc_corrected: Mapping[str, int] | None = None,
     accepted_ecc_uncorrected: Mapping[str, int] | None = None,
     listeners: Mapping[int, Holder] | None = None,
+    known_gpus: Mapping[int, str] | None = None,
+    accepted_gpu_uuids: Collection[str] = (),
 ) -> list[Finding]:
     """Check every backend, including the rules that compare backends (ports, Conflicts=).
 
@@ -190,6 +205,8 @@ def check_all(
         previous_ecc_corrected: see :func:`check_backend`.
         accepted_ecc_uncorrected: see :func:`check_backend`.
         listeners: see :func:`check_backend`.
+        known_gpus: see :func:`check_backend`.
+        accepted_gpu_uuids: see :func:`check_backend`.
 
     Returns:
         The findings of every backend, backend by backend in the order given.
@@ -221,6 +238,8 @@ def check_all(
                 other_ports={r[0].backend.name: r[3] for r in others if r[3] is not None},
                 other_units=[r[0].backend.unit for r in others],
                 listeners=listeners,
+                known_gpus=known_gpus,
+                accepted_gpu_uuids=accepted_gpu_uuids,
             )
         )
     return out

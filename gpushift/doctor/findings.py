@@ -36,6 +36,9 @@ UNIT_NO_SIGKILL = "unit-no-sigkill"
 UNIT_TIMEOUT_STOP_INFINITE = "unit-timeout-stop-infinite"
 UNIT_TIMEOUT_STOP_SHORT = "unit-timeout-stop-short"
 UNIT_NO_CONFLICTS = "unit-no-conflicts"
+GPU_IDENTITY_CHANGED = "gpu-identity-changed"
+GPU_ORDER_AMBIGUOUS = "gpu-order-ambiguous"
+GPUS_MISMATCH = "gpus-mismatch"
 
 
 @dataclass(frozen=True)

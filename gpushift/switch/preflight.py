@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import BackendConfig, Config
+from ..doctor.identity import identity_problems
 from ..errors import GpushiftError, SwitchFailed, VramNotReleased
 from ..model import OFF, HostGpuFacts, Outcome, Phase, SwitchRecord
-from ..policy import foreign_memory, gate_gpus, identity_problems
+from ..policy import foreign_memory, gate_gpus
 from .run import SwitchRun
 from .steps import Steps
 
