@@ -247,6 +247,7 @@ class UnitState:
     send_sigkill: bool = True
     timeout_stop_usec: int = 0
     conflicts: tuple[str, ...] = ()
+    main_start_us: int = 0  # ExecMainStartTimestamp: the main process's start, µs since the epoch (0: none)
 
     @property
     def running(self) -> bool:

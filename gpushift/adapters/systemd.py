@@ -303,6 +303,7 @@ class SystemdUnits:
             send_sigkill=bool(s.get("SendSIGKILL", True)),
             timeout_stop_usec=int(s.get("TimeoutStopUSec", 0)),
             conflicts=tuple(str(c) for c in u.get("Conflicts", ())),
+            main_start_us=int(s.get("ExecMainStartTimestamp", 0)),
         )
 
     def start(self, unit: str, timeout_s: float) -> JobResult:
