@@ -12,6 +12,9 @@ Endpoints:
                           ``vllm:num_requests_running`` / ``vllm:num_requests_waiting``
     POST /v1/completions  sleeps ``--request-seconds`` (or the body's ``"sleep"``), counted as running
                           meanwhile, then answers a small OpenAI-shaped completion
+    POST /_standin/health body ``{"mode": M}``, the test's control of /health from then on:
+                          ``ok`` (as above), ``fail`` (500 ``{"status": "failing"}``), ``hang``
+                          (accepts the connection, reads the request, never answers)
 
 Misbehaviours on request (each one a failure gpushift must survive):
     --exit-at-once             exit 1 at once, like a missing binary or a bad flag
@@ -72,6 +75,8 @@ class StandinState:
         self.running = 0
         self.served = 0
         self.lock = threading.Lock()
+        self.health_mode = "ok"  # set by POST /_standin/health
+        self.unhang = threading.Event()  # set when /health stops hanging
 
     @property
     def ready(self) -> bool:
@@ -99,7 +104,12 @@ class _Handler(BaseHTTPRequestHandler):
         st = self.state
         path = self.path.split("?", 1)[0]
         if path == "/health":
-            if st.ready:
+            if st.health_mode == "hang":
+                log("/health: hanging (never answering)")
+                st.unhang.wait()  # this connection gets no answer while the mode lasts
+            if st.health_mode == "fail":
+                self._json(500, {"status": "failing", "error": {"message": "told to fail", "code": 500}})
+            elif st.ready:
                 self._json(200, {"status": "ok"})
             else:
                 # llama-server answers 503 while the model loads (vLLM refuses the connection).
@@ -127,9 +137,30 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": f"no such path {path}"})
 
+    def _set_health_mode(self) -> None:
+        st = self.state
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            mode = json.loads(self.rfile.read(length) or b"{}").get("mode")
+        except (ValueError, AttributeError):
+            mode = None
+        if mode not in ("ok", "fail", "hang"):
+            self._json(400, {"error": 'expected {"mode": "ok" | "fail" | "hang"}'})
+            return
+        if mode == "hang":
+            st.unhang.clear()
+        st.health_mode = mode
+        if mode != "hang":
+            st.unhang.set()
+        log(f"/health mode: {mode}")
+        self._json(200, {"mode": mode})
+
     def do_POST(self) -> None:
         st = self.state
         path = self.path.split("?", 1)[0]
+        if path == "/_standin/health":
+            self._set_health_mode()
+            return
         if path != "/v1/completions":
             self._json(404, {"error": f"no such path {path}"})
             return
