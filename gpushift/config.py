@@ -42,6 +42,7 @@ class DaemonConfig:
     max_attempts: int = 3  # failed scheduled switches per boundary before waiting for the next
     retry_after_s: float = 30.0  # spacing between those attempts
     allowed_group: str = "gpushift"  # besides root, who may switch
+    sample_interval_s: float = 2.0  # how often the sampler reads units, health, GPUs (status, metrics)
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,7 @@ class _Reader:
         default: float,
         minimum: float = 0.0,
         integer: bool = False,
+        maximum: float | None = None,
     ) -> Any:
         if key not in d:
             return default
@@ -204,6 +206,8 @@ class _Reader:
             raise self.err(f"{where}.{key}", f"expected a finite number, got {v!r}")
         if v < minimum:
             raise self.err(f"{where}.{key}", f"expected a value >= {minimum:g}, got {v!r}")
+        if maximum is not None and v > maximum:
+            raise self.err(f"{where}.{key}", f"expected a value <= {maximum:g}, got {v!r}")
         return v
 
     def uuid_counts(self, d: Mapping[str, Any], where: str, key: str) -> dict[str, int]:
@@ -260,6 +264,7 @@ class _Reader:
             max_attempts=self.number(d, "daemon", "max_attempts", 3, minimum=1, integer=True),
             retry_after_s=self.number(d, "daemon", "retry_after_s", 30.0),
             allowed_group=self.string(d, "daemon", "allowed_group", "gpushift"),
+            sample_interval_s=self.number(d, "daemon", "sample_interval_s", 2.0, minimum=0.5, maximum=60),
         )
         g = self.table(data, "gpu")
         self.no_unknown(g, "gpu", set(GpuConfig.__dataclass_fields__))

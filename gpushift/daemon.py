@@ -167,12 +167,25 @@ class Daemon:
         return jobs.foreign_job(unit) if jobs is not None else None
 
     def unhealthy_for(self, backend: str) -> float | None:
-        return None  # the sampler's health history answers this (wired with the sampler)
+        """How long the sampler has seen ``backend``'s health fail without a break (its unit active)."""
+        sampler = getattr(self, "sampler", None)
+        if sampler is None:
+            return None
+        sample = sampler.snapshot()
+        b = sample.backend(backend)
+        now = self.components.ports.clock.monotonic()
+        if b is None or b.unhealthy_since is None or sample.taken_at is None:
+            return None
+        if now - sample.taken_at > 2 * sample.period_s:
+            return None  # the sampler is behind: do not judge a backend on an old picture
+        return float(now - b.unhealthy_since)
 
     # ------------------------------------------------------------ Backend protocol (D-Bus calls)
 
     def status(self) -> dict[str, Any]:
+        """On the loop thread: from the sampler's latest sample and memory only, no I/O."""
         cur = self.switcher.current()
+        now = self.components.ports.clock.monotonic()
         daemon = {
             "state": ("recovering" if cur.trigger is Trigger.RECOVERY else "switching") if cur else "idle",
             "running": True,
@@ -181,11 +194,12 @@ class Daemon:
             "started_at": self.started_at.isoformat(),
             "config": self.config_path,
             "bus": self.config.daemon.bus,
-            "switch": cur.progress(self.components.ports.clock.monotonic()) if cur else None,
+            "switch": cur.progress(now) if cur else None,
             "reload_error": self.reload_error,
             "reloaded_at": self.reloaded_at.isoformat() if self.reloaded_at else None,
         }
-        out = wiring.status_report(self.components, daemon)
+        c = self.components
+        out = wiring.compose_status(self.config, self.sampler.snapshot(), now, daemon, c.ledger_view())
         out.update(self.keeper.status())
         return out
 
@@ -243,6 +257,9 @@ class Daemon:
         """Called on the worker thread: hand the signal to the GLib loop thread."""
         from gi.repository import GLib
 
+        if ev.result is not None:
+            self._sample_after_switch()
+
         def emit() -> bool:
             svc = self._service
             if svc is None:
@@ -261,6 +278,22 @@ class Daemon:
         GLib.idle_add(emit)
         if ev.kind is EventKind.PROGRESS:
             self.notify.status(f"switching: {ev.phase} {ev.detail}"[:200])
+
+    def _start_sampler(self) -> None:
+        """The sampler's first sample is taken before the bus name is: status has a picture at once."""
+        from .adapters.sampler import Sampler
+
+        self.sampler = Sampler(self.config, self.components.ports, log=self.log)
+        self.sampler.sample_once()
+        self.sampler.start()
+
+    def _sample_after_switch(self) -> None:
+        """On the worker thread, before Finished goes out: a sample taken after the switch ended,
+        so a status asked right after the switch shows what it left."""
+        try:
+            self.sampler.sample_once()
+        except Exception as e:  # a listener must not fail the switch's end
+            self.log.error("sample_after_switch_failed", error=repr(e))
 
     def _update_status_line(self) -> None:
         try:
@@ -296,9 +329,12 @@ class Daemon:
         self.config = new
         self.components.config = new
         self.switcher.reconfigure(new)
+        self.sampler.reconfigure(new)
         self.schedule = new_schedule
         self.keeper.set_schedule(new_schedule)
         self.keeper.configure(new.daemon.max_attempts, new.daemon.retry_after_s, watch_settings(new))
+        if self._service is not None:
+            self._service.allowed_group = new.daemon.allowed_group
         self._keep_units_loaded()
         self.reload_error = None
         self.reloaded_at = datetime.now(timezone.utc)
@@ -333,8 +369,11 @@ class Daemon:
         from .adapters.notify import watchdog_interval_s
 
         self.build()
+        self._start_sampler()
         bus = self.components.bus
-        self._service = dbus_service.SwitcherService(bus, self)
+        self._service = dbus_service.SwitcherService(
+            bus, self, allowed_group=self.config.daemon.allowed_group
+        )
         try:
             self._publication = dbus_service.publish(bus, self._service)
         except RuntimeError as e:
@@ -344,6 +383,7 @@ class Daemon:
                 error=str(e),
                 detail="another gpushift daemon runs on this bus",
             )
+            self.sampler.stop()
             return 1
         self._loop = GLib.MainLoop()
         self._start_jobwatch()
@@ -376,6 +416,7 @@ class Daemon:
         self._last_reconcile = time.monotonic()
         GLib.timeout_add(1000, self._every_second)
         self._loop.run()
+        self.sampler.stop()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
         self.notify.stopping()

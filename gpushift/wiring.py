@@ -1,7 +1,9 @@
 """Composition: build every adapter from the config, and compose the status report.
 
 Used by the daemon (which owns the switch) and by the CLI when the daemon is down (it then reads
-what it can itself: units, GPUs, ledger).  Sits between the adapters and the two entry points.
+what it can itself: units, health, GPUs, ledger).  Sits between the adapters and the two entry
+points.  Both compose the report with :func:`compose_status`: the daemon from its sampler's latest
+sample, the CLI from a one-shot read (:func:`status_report`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from datetime import datetime
 from typing import Any
 
 from . import __version__
+from .adapters.ledger_view import LedgerView, RememberingLedger, read_view
 from .config import Config
 from .errors import GpushiftError, SystemdError
-from .model import OFF, GateState, Outcome
+from .model import OFF
 from .ports import GpuProbe, Ledger, Ports, UnitControl
+from .sample import Sample, to_status
 
 
 @dataclass
@@ -22,6 +26,12 @@ class Components:
     config: Config
     ports: Ports
     bus: Any = None
+
+    def ledger_view(self) -> LedgerView:
+        """The ledger's newest rows and health: from memory where the ledger remembers them (the
+        daemon's), else read now."""
+        ledger = self.ports.ledger
+        return ledger.view() if isinstance(ledger, RememberingLedger) else read_view(ledger)
 
 
 def make_gpu(config: Config) -> GpuProbe:
@@ -88,104 +98,62 @@ def build(
         units = UnreachableUnits(f"systemd not reachable: {e}")
     from .adapters.runstore import JsonRunStore
 
+    ledger = make_ledger(config, log, readonly_ledger)
     ports = Ports(
         runs=JsonRunStore(config.daemon.state_dir, config.daemon.runtime_dir),
         units=units,
         gpu=make_gpu(config),
         probe=HttpBackendProbe(),
-        ledger=make_ledger(config, log, readonly_ledger),
+        # The writer keeps its newest rows in memory: the daemon's status does no I/O.
+        ledger=ledger if readonly_ledger else RememberingLedger(ledger),
         host=ProcHost(),
         clock=SystemClock(),
     )
     return Components(config=config, ports=ports, bus=bus)
 
 
-def _since(ledger: Ledger, active: str) -> str | None:
-    """When ``active`` last became the serving backend, from the ledger."""
-    try:
-        rows = ledger.list(limit=50)
-    except Exception:
-        return None
-    for r in rows:
-        if r.outcome == Outcome.OK.value and r.to_backend == active and r.finished_at:
-            return r.finished_at.isoformat()
-        if r.outcome == Outcome.ROLLED_BACK.value and r.from_backend == active and r.finished_at:
-            return r.finished_at.isoformat()
-    return None
+def compose_status(
+    config: Config, sample: Sample, now_mono: float, daemon: dict[str, Any], ledger: LedgerView
+) -> dict[str, Any]:
+    """Everything `gpushift status` shows, as one JSON-able dict, from a sample and a ledger view.
 
-
-def status_report(c: Components, daemon: dict[str, Any], health_timeout_s: float = 0.5) -> dict[str, Any]:
-    """Everything `gpushift status` shows, as one JSON-able dict.
-
-    Every part that cannot be read says so in its own ``error`` field instead of failing the whole.
+    The one composition of the status report: the daemon feeds it its sampler's latest sample and
+    the ledger view it keeps in memory (no I/O), the CLI a one-shot read of its own.  Every part
+    that cannot be read says so in its own ``error`` field instead of failing the whole.
     """
-    cfg = c.config
-    backends: dict[str, Any] = {}
-    running: list[str] = []
-    for name, b in cfg.backends.items():
-        entry: dict[str, Any] = {"unit": b.unit, "kind": b.kind, "gpus": list(b.gpus) if b.gpus else "all"}
-        try:
-            st = c.ports.units.state(b.unit)
-            entry.update(
-                load_state=st.load_state,
-                active_state=st.active_state,
-                sub_state=st.sub_state,
-                result=st.result,
-                main_pid=st.main_pid or None,
-            )
-            if st.running:
-                running.append(name)
-                h = c.ports.probe.health(b.health_url, health_timeout_s)
-                entry["health"] = {"ok": h.ok, "status": h.status, "detail": h.detail[:120]}
-            else:
-                entry["health"] = None
-        except GpushiftError as e:
-            entry["error"] = str(e)
-        backends[name] = entry
-    gpus: list[dict[str, Any]] = []
-    try:
-        for r in c.ports.gpu.read(None):
-            d = r.to_dict()
-            d["state"] = r.state(cfg.gpu.residual_mib).value
-            d["simulated"] = c.ports.gpu.simulated
-            if c.ports.gpu.simulated:
-                d["name"] = d["name"] if "SIMULATED" in d["name"] else f"SIMULATED {d['name']}"
-            gpus.append(d)
-    except Exception as e:
-        gpus = [{"error": f"cannot read GPUs: {e!r}", "state": GateState.UNKNOWN.value}]
-    last: dict[str, Any] | None = None
-    ledger_health: dict[str, Any]
-    try:
-        rec = c.ports.ledger.last()
-        last = rec.to_dict() if rec else None
-        if last:
-            for k in ("vram", "gpu_facts", "extra"):
-                last.pop(k, None)
-        ledger_health = c.ports.ledger.health()
-    except Exception as e:
-        ledger_health = {"state": "unreadable", "error": repr(e)}
-    active: str | None
-    unknown = any("error" in b for b in backends.values())
-    if len(running) == 1:
-        active = running[0]
-    elif not running and not unknown:
-        active = OFF
-    else:
-        active = None  # several run, or systemd could not be asked about some
+    part = to_status(sample, now_mono)
+    active = part["active"]
+    last = ledger.last()
+    last_dict = last.to_dict() if last else None
+    if last_dict:
+        for k in ("vram", "gpu_facts", "extra"):
+            last_dict.pop(k, None)
+    since = ledger.since(active) if active and active != OFF else None
     out: dict[str, Any] = {
         "daemon": daemon,
         "active": active,
-        "running": running,
-        "since": _since(c.ports.ledger, active) if active and active != OFF else None,
-        "backends": backends,
-        "gpus": gpus,
-        "simulated": c.ports.gpu.simulated,
-        "last_switch": last,
-        "ledger": ledger_health,
+        "active_reason": part["active_reason"],
+        "running": part["running"],
+        "since": since.isoformat() if since else None,
+        "backends": part["backends"],
+        "gpus": part["gpus"],
+        "simulated": part["simulated"],
+        "last_switch": last_dict,
+        "ledger": dict(ledger.health),
         "version": __version__,
-        "config": cfg.path,
+        "config": config.path,
         "now": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "sample": part["sample"],
     }
-    if len(running) > 1:
-        out["warning"] = f"more than one backend is running: {', '.join(running)}"
+    if "warning" in part:
+        out["warning"] = part["warning"]
     return out
+
+
+def status_report(c: Components, daemon: dict[str, Any]) -> dict[str, Any]:
+    """The status report from a one-shot read of units, health, GPUs and ledger (the CLI's own view
+    while the daemon is down): the same fields as the daemon's."""
+    from .adapters.sampler import Sampler
+
+    sample = Sampler(c.config, c.ports).sample_once()
+    return compose_status(c.config, sample, c.ports.clock.monotonic(), daemon, c.ledger_view())

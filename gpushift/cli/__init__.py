@@ -167,6 +167,28 @@ def _mib(v: Any) -> str:
     return "?" if v is None else f"{float(v):.0f}"
 
 
+def _ago(age_s: Any) -> str:
+    return "" if age_s is None else f"  ({age_s:.1f}s ago)"
+
+
+def _health_text(h: dict[str, Any] | None, in_flight: dict[str, Any] | None) -> str:
+    """``health 200 (0.4s ago)``, ``health FAILING for 12.0s: 503 ...``, ``health unknown: ...``."""
+    if h is None:
+        return ""
+    state = h.get("state") or ("ok" if h.get("ok") else "failing")
+    if state == "ok":
+        text = f"health {h.get('status')}"
+    elif state == "unknown":
+        text = f"health unknown: {h.get('detail')}"
+    else:
+        failing = f" for {h['failing_for_s']:.1f}s" if h.get("failing_for_s") else ""
+        what = f"{h['status']} {h.get('detail') or ''}" if h.get("status") else h.get("detail")
+        text = f"health FAILING{failing}: {what}".rstrip()
+    text += _ago(h.get("age_s"))
+    requests = (in_flight or {}).get("requests")
+    return text + (f", {requests} request(s) in flight" if requests is not None else "")
+
+
 def render_status(s: dict[str, Any]) -> str:
     from ..policy import fmt_mib
 
@@ -194,10 +216,10 @@ def render_status(s: dict[str, Any]) -> str:
             lines.append(f"{label}:     {s[key]}")
     active = s.get("active")
     since = f" since {s['since']}" if s.get("since") else ""
-    if active is None and s.get("running"):
+    if active is None and len(s.get("running") or []) > 1:
         lines.append(f"active:   CONFLICT: {', '.join(s['running'])} all running")
     elif active is None:
-        lines.append("active:   unknown (systemd could not be asked)")
+        lines.append(f"active:   unknown: {s.get('active_reason') or 'systemd could not be asked'}")
     else:
         lines.append(f"active:   {active}{since}")
     sched = s.get("schedule")
@@ -214,15 +236,10 @@ def render_status(s: dict[str, Any]) -> str:
         if "error" in b:
             lines.append(f"  {name:<10} {b.get('unit')}  ERROR: {b['error']}")
             continue
-        h = b.get("health")
-        hs = (
-            ""
-            if h is None
-            else (f"health {h.get('status')}" if h.get("status") else f"health: {h.get('detail')}")
-        )
         pid = f"pid {b['main_pid']}" if b.get("main_pid") else ""
         lines.append(
-            f"  {name:<10} {b.get('unit'):<28} {b.get('active_state')}/{b.get('sub_state'):<10} {pid:<10} {hs}"
+            f"  {name:<10} {b.get('unit'):<28} {b.get('active_state')}/{b.get('sub_state'):<10} {pid:<10} "
+            + _health_text(b.get("health"), b.get("in_flight"))
         )
     lines.append("GPUs (SIMULATED — no real GPU is measured):" if sim else "GPUs:")
     for g in s.get("gpus") or []:
@@ -233,6 +250,7 @@ def render_status(s: dict[str, Any]) -> str:
         lines.append(
             f"  GPU {g['index']}  {g.get('name')}  {used}  [{g.get('state')}]"
             + (f"  {g['error']}" if g.get("error") else "")
+            + _ago(g.get("age_s"))
         )
         for h in g.get("holders") or []:
             amount = f" {fmt_mib(h['used_mib'])}" if h.get("used_mib") else ""

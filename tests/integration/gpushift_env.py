@@ -98,6 +98,8 @@ class GpushiftEnv:
             "stop_timeout_s = 30",
             f"reconcile_interval_s = {o['reconcile_interval_s']}",
         ]
+        if "sample_interval_s" in o:  # else the daemon's default
+            lines.append(f"sample_interval_s = {o['sample_interval_s']}")
         lines.append(f'schedule = "{o.get("schedule") or ""}"')
         lines += list(o.get("daemon_lines") or [])  # more [daemon] keys
         lines += [

@@ -250,3 +250,20 @@ def test_standin_orphan_on_sigterm_leaves_a_holder_outside_the_units_cgroup(
     assert _cgroup(orphan).endswith(".scope")
     assert f"orphan pid {orphan}" in a.log_text()
     assert sandbox.show(a.name, "ActiveState")["ActiveState"] == "inactive"
+
+
+def test_standin_health_control_fails_hangs_and_recovers(run_standin, wait_for):
+    s = run_standin()
+    s.wait_listening(wait_for)
+    assert _post(s.url("/_standin/health"), {"mode": "fail"}) == (200, {"mode": "fail"})
+    status, body = _get(s.url("/health"))
+    assert status == 500 and json.loads(body)["status"] == "failing"
+    assert _post(s.url("/_standin/health"), {"mode": "hang"}) == (200, {"mode": "hang"})
+    t0 = time.monotonic()
+    assert _get(s.url("/health"), timeout_s=1.0) == (None, "")  # connected, never answered
+    assert time.monotonic() - t0 >= 0.9
+    assert _get(s.url("/version"))[0] == 200  # the rest of the server still answers
+    assert _post(s.url("/_standin/health"), {"mode": "ok"}) == (200, {"mode": "ok"})
+    assert _get(s.url("/health"))[0] == 200
+    with pytest.raises(urllib.error.HTTPError):
+        _post(s.url("/_standin/health"), {"mode": "sideways"})

@@ -265,6 +265,8 @@ def test_daemon_killed_mid_switch_marks_row_interrupted(ab):
     st = env.status()
     assert st["daemon"]["running"] is True and st["daemon"]["state"] == "recovering", st["daemon"]
     assert st["daemon"]["switch"]["to"] == "b" and st["daemon"]["switch"]["trigger"] == "recovery"
+    # b's unit runs but b still loads (--start-delay 30): not serving until its health is OK
+    assert st["active"] is None and "b: health" in st["active_reason"], st
 
 
 def test_daemon_restart_leaves_backend_running(ab):

@@ -13,8 +13,11 @@ Endpoints:
     POST /v1/completions  sleeps ``--request-seconds`` (or the body's ``"sleep"``), counted as running
                           meanwhile, then answers a small OpenAI-shaped completion
     POST /control         a test's remote control: ``{"exit": N}`` exits with status N (a backend
-                          dying by itself; vLLM can exit 0 when its engine dies), ``{"health": "fail"}``
-                          makes /health answer 503 from now on (a wedged backend), ``"ok"`` undoes it
+                          dying by itself; vLLM can exit 0 when its engine dies), ``{"health": M}`` the
+                          same as POST /_standin/health below (``fail``: a wedged backend)
+    POST /_standin/health body ``{"mode": M}``, the test's control of /health from then on:
+                          ``ok`` (as above), ``fail`` (500 ``{"status": "failing"}``), ``hang``
+                          (accepts the connection, reads the request, never answers)
 
 Misbehaviours on request (each one a failure gpushift must survive):
     --exit-at-once             exit 1 at once, like a missing binary or a bad flag
@@ -75,14 +78,15 @@ class StandinState:
         self.running = 0
         self.served = 0
         self.lock = threading.Lock()
-        self.wedged = False
         self.exit_code: int | None = None
         self.stop = threading.Event()
+        self.health_mode = "ok"  # set by POST /_standin/health
+        self.unhang = threading.Event()  # set when /health stops hanging
 
     @property
     def ready(self) -> bool:
         loaded = time.monotonic() - self.started >= self.args.start_delay
-        return not self.args.never_ready and not self.wedged and loaded
+        return not self.args.never_ready and loaded
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -106,7 +110,12 @@ class _Handler(BaseHTTPRequestHandler):
         st = self.state
         path = self.path.split("?", 1)[0]
         if path == "/health":
-            if st.ready:
+            if st.health_mode == "hang":
+                log("/health: hanging (never answering)")
+                st.unhang.wait()  # this connection gets no answer while the mode lasts
+            if st.health_mode == "fail":
+                self._json(500, {"status": "failing", "error": {"message": "told to fail", "code": 500}})
+            elif st.ready:
                 self._json(200, {"status": "ok"})
             else:
                 # llama-server answers 503 while the model loads (vLLM refuses the connection).
@@ -136,18 +145,40 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _control(self, body: dict[str, Any]) -> None:
         st = self.state
-        if "health" in body:
-            st.wedged = body["health"] == "fail"
-            log(f"control: health {'fails from now on' if st.wedged else 'answers again'}")
+        if body.get("health") in ("ok", "fail", "hang"):
+            st.health_mode = body["health"]
+            (st.unhang.clear if st.health_mode == "hang" else st.unhang.set)()
+            log(f"control: /health mode {st.health_mode}")
         self._json(200, {"ok": True})
         if "exit" in body:
             st.exit_code = int(body["exit"])
             log(f"control: exiting with status {st.exit_code}")
             st.stop.set()
 
+    def _set_health_mode(self) -> None:
+        st = self.state
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            mode = json.loads(self.rfile.read(length) or b"{}").get("mode")
+        except (ValueError, AttributeError):
+            mode = None
+        if mode not in ("ok", "fail", "hang"):
+            self._json(400, {"error": 'expected {"mode": "ok" | "fail" | "hang"}'})
+            return
+        if mode == "hang":
+            st.unhang.clear()
+        st.health_mode = mode
+        if mode != "hang":
+            st.unhang.set()
+        log(f"/health mode: {mode}")
+        self._json(200, {"mode": mode})
+
     def do_POST(self) -> None:
         st = self.state
         path = self.path.split("?", 1)[0]
+        if path == "/_standin/health":
+            self._set_health_mode()
+            return
         if path not in ("/v1/completions", "/control"):
             self._json(404, {"error": f"no such path {path}"})
             return

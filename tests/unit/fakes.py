@@ -139,6 +139,7 @@ class FakeUnit:
     children: int = 0  # extra processes in the cgroup besides the main one
     pids: list[int] = field(default_factory=list)
     started_mono: float | None = None
+    main_start_us: int = 0  # ExecMainStartTimestamp of the last start (kept after the process ends)
     # --- behaviours
     crash_after_s: float | None = None  # after a start, the process exits this long after (0: at once)
     crash_result: str = "exit-code"
@@ -232,6 +233,7 @@ class FakeUnits:
         u.main_pid = next(self._pids)
         u.pids = [u.main_pid] + [next(self._pids) for _ in range(u.children)]
         u.started_mono = self.clock.monotonic()
+        u.main_start_us = int(self.clock.now().timestamp() * 1_000_000)
         self._notify("started", u)
 
     def _refresh(self, u: FakeUnit) -> None:
@@ -268,6 +270,7 @@ class FakeUnits:
                 main_pid=u.main_pid,
                 exec_start=u.exec_start,
                 fragment_path=u.fragment_path,
+                main_start_us=u.main_start_us,
             )
 
     def start(self, unit: str, timeout_s: float) -> JobResult:

@@ -125,6 +125,31 @@ def test_config_all_issue_keys_are_read() -> None:
     assert cfg.ledger_path == "/var/lib/gpushift-test/ledger.db"
 
 
+def test_config_sample_interval_defaults_to_2s_and_takes_the_ends_of_its_range() -> None:
+    assert parse(MINIMAL).daemon.sample_interval_s == 2.0
+    assert parse("[daemon]\nsample_interval_s = 0.5\n" + MINIMAL).daemon.sample_interval_s == 0.5
+    assert parse("[daemon]\nsample_interval_s = 60\n" + MINIMAL).daemon.sample_interval_s == 60
+
+
+def test_config_every_key_is_documented_in_docs_config_md(repo_root: Path) -> None:
+    # docs/config.md has one table per config table; a key added to config.py without a row there
+    # (or a row whose key no longer exists) fails here.
+    text = (repo_root / "docs" / "config.md").read_text()
+    documented: dict[str, set[str]] = {}
+    section = ""
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip().strip("`")
+        elif line.startswith("| `") and section:
+            documented.setdefault(section, set()).add(line.split("`")[1])
+    assert documented == {
+        "[daemon]": set(DaemonConfig.__dataclass_fields__),
+        "[gpu]": set(GpuConfig.__dataclass_fields__),
+        "[backends.NAME]": set(BackendConfig.__dataclass_fields__) - {"name"},
+    }
+    assert "| key | type | default | range | meaning |" in text
+
+
 def test_config_schedule_default_path_or_explicitly_none() -> None:
     assert parse(MINIMAL).daemon.schedule is None  # the default schedule file, if it exists
     assert parse("[daemon]\nschedule = ''\n" + MINIMAL).daemon.schedule == ""  # no schedule at all
@@ -159,6 +184,9 @@ def test_config_unknown_key_is_named_with_the_allowed_ones(text: str, key: str, 
         ("[daemon]\non_failure = 'retry'\n" + MINIMAL, "daemon.on_failure", "'rollback', 'stay'"),
         ("[daemon]\nbus = 'tcp'\n" + MINIMAL, "daemon.bus", "'system', 'session'"),
         ("[daemon]\npoll_interval_s = 0\n" + MINIMAL, "daemon.poll_interval_s", ">= 0.05"),
+        ("[daemon]\nsample_interval_s = 0.2\n" + MINIMAL, "daemon.sample_interval_s", ">= 0.5"),
+        ("[daemon]\nsample_interval_s = 61\n" + MINIMAL, "daemon.sample_interval_s", "<= 60"),
+        ("[daemon]\nsample_interval_s = '2'\n" + MINIMAL, "daemon.sample_interval_s", "a number"),
         ("[daemon]\nschedule = 5\n" + MINIMAL, "daemon.schedule", "expected a path"),
         ("[gpu]\nprovider = 'rocm'\n" + MINIMAL, "gpu.provider", "'nvml', 'simulated'"),
         ("[gpu]\nresidual_mib = '256'\n" + MINIMAL, "gpu.residual_mib", "a number"),

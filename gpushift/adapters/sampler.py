@@ -1,0 +1,272 @@
+"""L4: the sampler — one thread, off the GLib loop, that reads the host every sampling period.
+
+Every ``[daemon] sample_interval_s`` it reads each backend unit's state (systemd), the health of
+every running backend (HTTP, a timeout well inside the period), every GPU's memory, and the running
+backend's in-flight requests, and publishes one immutable :class:`~gpushift.sample.Sample`.  Status,
+metrics and the keeper read that sample instead of doing I/O themselves.
+
+Each read runs on a short-lived thread of its own ("lane"), so a hung read holds up nothing but its
+own figure: the cycle waits for its lanes only until a deadline inside the period, publishes what it
+has, and does not start a lane again while the previous one still hangs (its figure then ages
+until it is reported unknown).  An adapter that raises becomes that figure's ``error``; nothing
+raises out of the sampler's thread.  Readers never block: :meth:`Sampler.snapshot` returns the
+last published sample.
+
+The VRAM gate of a switch does not use this: it keeps its own tight reads while it gates.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..config import Config
+from ..errors import GpushiftError
+from ..ports import BackendProbe, Clock, GpuProbe, Ports, UnitControl
+from ..sample import BackendSample, Figure, Sample
+
+#: Parts of the period a cycle waits for its lanes: unit states first, then everything.
+_UNITS_BY = 0.4
+_ALL_BY = 0.9
+
+
+def health_timeout_s(period_s: float) -> float:
+    """The health request's timeout: short, and answered inside the cycle that asked."""
+    return max(0.2, min(2.0, 0.4 * period_s))
+
+
+class Sampler:
+    """Reads units, health, GPU memory and in-flight requests; keeps the latest :class:`Sample`.
+
+    Args:
+        config: the validated config (its backends, ``sample_interval_s``, ``residual_mib``).
+        ports: ``units``, ``gpu``, ``probe`` and ``clock`` are used (the clock stamps the figures).
+        period_s: the sampling period; default ``config.daemon.sample_interval_s``.
+        log: a structlog-like logger; a figure's error is logged when it changes.
+    """
+
+    def __init__(self, config: Config, ports: Ports, period_s: float | None = None, log: Any = None) -> None:
+        self._config = config
+        self._units: UnitControl = ports.units
+        self._gpu: GpuProbe = ports.gpu
+        self._probe: BackendProbe = ports.probe
+        self._clock: Clock = ports.clock
+        self._period_s = period_s
+        self._log = log
+        self._cond = threading.Condition()
+        self._snap = Sample(self.period_s, config.gpu.residual_mib, bool(ports.gpu.simulated))
+        self._cycle_lock = threading.Lock()  # one cycle at a time (the thread, or a refresh)
+        self._figures: dict[str, Figure[Any]] = {}
+        self._figures_lock = threading.Lock()
+        self._lanes: dict[str, threading.Thread] = {}
+        self._errors: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ the public API
+
+    @property
+    def period_s(self) -> float:
+        return self._period_s if self._period_s is not None else float(self._config.daemon.sample_interval_s)
+
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config: its backends and period apply from the next cycle."""
+        self._config = config
+
+    def snapshot(self) -> Sample:
+        """The latest sample (never blocks; ``seq`` 0 before the first cycle)."""
+        return self._snap
+
+    def wait_next(self, timeout_s: float) -> Sample | None:
+        """The first sample published after this call, or None after ``timeout_s``."""
+        with self._cond:
+            seq = self._snap.seq
+            if not self._cond.wait_for(lambda: self._snap.seq > seq, timeout_s):
+                return None
+            return self._snap
+
+    def sample_once(self) -> Sample:
+        """Run one cycle in the calling thread now (a one-shot read, or a refresh after a switch)
+        and return its sample.  Waits for a cycle of the sampler's thread that is under way."""
+        with self._cycle_lock:
+            return self._cycle()
+
+    def start(self) -> None:
+        """Start the thread (idempotent)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> bool:
+        """Stop the thread and join it; True when it has ended.  Lanes still hanging in an
+        adapter are daemon threads: they end with their adapter's own timeout."""
+        self._stop.set()
+        self._wake.set()
+        t = self._thread
+        if t is None:
+            return True
+        t.join(timeout_s)
+        return not t.is_alive()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # ------------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                with self._cycle_lock:
+                    self._cycle()
+            except Exception as e:  # the thread's edge: a bug is logged, the next cycle comes
+                self._note("cycle", f"sampler cycle failed: {e!r}")
+            self._wake.wait(max(0.0, self.period_s - (time.monotonic() - t0)))
+            self._wake.clear()
+
+    def _cycle(self) -> Sample:
+        t0 = time.monotonic()
+        period = self.period_s
+        cfg = self._config
+        unit_jobs: dict[str, Callable[[], Any]] = {
+            f"unit:{name}": _bind(self._units.state, b.unit) for name, b in cfg.backends.items()
+        }
+        first = self._launch({**unit_jobs, "gpu": lambda: tuple(self._gpu.read(None))})
+        _join([first[k] for k in unit_jobs if k in first], t0 + _UNITS_BY * period)
+        timeout = health_timeout_s(period)
+        jobs: dict[str, Callable[[], Any]] = {}
+        with self._figures_lock:
+            figures = dict(self._figures)
+        for name, b in cfg.backends.items():
+            st = figures.get(f"unit:{name}")
+            if st is not None and st.value is not None and st.value.running:
+                jobs[f"health:{name}"] = _bind(self._probe.health, b.health_url, timeout)
+                jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, b)
+        second = self._launch(jobs)
+        _join([*first.values(), *second.values()], t0 + _ALL_BY * period)
+        return self._publish(cfg, period)
+
+    def _launch(self, jobs: Mapping[str, Callable[[], Any]]) -> dict[str, threading.Thread]:
+        """Start a lane per job, except where the previous lane of that key still runs."""
+        started: dict[str, threading.Thread] = {}
+        for key, fn in jobs.items():
+            old = self._lanes.get(key)
+            if old is not None and old.is_alive():
+                continue
+            t = threading.Thread(target=self._read, args=(key, fn), name=f"sampler-{key}", daemon=True)
+            self._lanes[key] = t
+            t.start()
+            started[key] = t
+        return started
+
+    def _read(self, key: str, fn: Callable[[], Any]) -> None:
+        try:
+            fig: Figure[Any] = Figure(fn(), self._clock.monotonic())
+        except GpushiftError as e:
+            fig = Figure(None, self._clock.monotonic(), str(e))
+        except Exception as e:  # an adapter's bug: that figure's error, never the thread's end
+            fig = Figure(None, self._clock.monotonic(), f"{type(e).__name__}: {e}")
+        with self._figures_lock:
+            self._figures[key] = fig
+        if fig.error is not None:
+            self._note(key, fig.error)
+        else:
+            self._errors.pop(key, None)
+
+    def _note(self, key: str, error: str) -> None:
+        """Log a figure's error once, not at every cycle."""
+        if self._errors.get(key) != error:
+            self._errors[key] = error
+            if self._log is not None:
+                self._log.warning("sample_failed", figure=key, error=error)
+
+    # ------------------------------------------------------------------ publishing
+
+    def _publish(self, cfg: Config, period: float) -> Sample:
+        now = self._clock.monotonic()
+        prev = self._snap
+        backends = []
+        with self._figures_lock:
+            for name, b in cfg.backends.items():
+                st = self._figures.get(f"unit:{name}")
+                if st is not None and st.value is not None and not st.value.running:
+                    # Not running: its old health and in-flight figures describe a process that is gone.
+                    self._figures.pop(f"health:{name}", None)
+                    self._figures.pop(f"in_flight:{name}", None)
+                health = self._figures.get(f"health:{name}")
+                backends.append(
+                    BackendSample(
+                        name=name,
+                        unit=b.unit,
+                        kind=str(b.kind),
+                        gpus=b.gpus,
+                        state=st,
+                        health=health,
+                        in_flight=self._figures.get(f"in_flight:{name}"),
+                        unhealthy_since=unhealthy_since(prev.backend(name), st, health, now, period),
+                    )
+                )
+            gpus = self._figures.get("gpu")
+        with self._cond:
+            snap = Sample(
+                period_s=period,
+                residual_mib=cfg.gpu.residual_mib,
+                simulated=bool(self._gpu.simulated),
+                backends=tuple(backends),
+                gpus=gpus,
+                seq=self._snap.seq + 1,
+                taken_at=now,
+            )
+            self._snap = snap
+            self._cond.notify_all()
+        return snap
+
+
+def unhealthy_since(
+    prev: BackendSample | None,
+    state: Figure[Any] | None,
+    health: Figure[Any] | None,
+    now: float,
+    period_s: float,
+) -> float | None:
+    """Since when a backend's health has failed continuously while its unit is ``active``.
+
+    Cleared by an OK answer, by the unit not being active, and by a new main process (a restarted
+    server loads its model again).  A health endpoint that has not answered for two periods counts
+    as failing from the moment that was noticed.  While the unit's state is unknown the previous
+    value stands.
+    """
+    if state is None or state.value is None or state.stale(now, period_s):
+        return prev.unhealthy_since if prev is not None else None
+    unit = state.value
+    if unit.active_state != "active":
+        return None
+    same_process = (
+        prev is not None
+        and prev.state is not None
+        and prev.state.value is not None
+        and prev.state.value.main_pid == unit.main_pid
+    )
+    before = prev.unhealthy_since if prev is not None and same_process else None
+    if health is None:
+        return before
+    if health.stale(now, period_s):
+        return before if before is not None else now
+    if health.error is None and health.value is not None and health.value.ok:
+        return None
+    return before if before is not None else health.at
+
+
+def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    return lambda: fn(*args)
+
+
+def _join(threads: list[threading.Thread], deadline: float) -> None:
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
