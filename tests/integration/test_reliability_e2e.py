@@ -160,6 +160,22 @@ def test_backend_exiting_with_an_error_and_on_crash_stay_is_left_stopped(dn):
     assert not rows(env, trigger="recovery")
 
 
+def test_wedged_backend_is_noticed_recorded_and_relaunched_through_the_gate(dn):
+    # Unit active, /health failing: nobody noticed before (only ActiveState=failed counted).
+    env = dn(day_config=["unhealthy_after_s = 5"], daemon_lines=["sample_interval_s = 0.5"])
+    old_pid = env.main_pid("gs-day.service")
+    control(env, "day", health="fail")
+    env.wait_for(lambda: rows(env, outcome="unhealthy"), 30, "an unhealthy row")
+    (row,) = rows(env, outcome="unhealthy")
+    assert row["trigger"] == "watch" and row["from"] == "day"
+    env.wait_for(lambda: rows(env, trigger="recovery", to="day", outcome="ok"), 60, "the relaunch row")
+    (relaunch,) = rows(env, trigger="recovery", to="day")
+    full = env.ledger_row(relaunch["id"])
+    assert full["extra"].get("relaunch") is True and {"stop", "start", "ready"} <= set(full["durations_s"])
+    assert env.main_pid("gs-day.service") != old_pid
+    env.wait_for(lambda: env.status()["active"] == "day", 20, "status to show day serving again")
+
+
 def test_persons_systemctl_stop_is_an_external_change_not_a_crash(dn):
     env = dn()
     env.sb.systemctl("stop", "gs-day.service")
