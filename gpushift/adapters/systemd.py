@@ -26,13 +26,13 @@ pydbus and gi are imported lazily, inside this module only (gpushift must import
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from typing import Any
 
 from ..errors import SystemdError
 from ..model import JobResult, UnitState
+from .dbus_errors import split_remote
 
 SYSTEMD_BUS_NAME = "org.freedesktop.systemd1"
 SYSTEMD_PATH = "/org/freedesktop/systemd1"
@@ -47,8 +47,6 @@ DEFAULT_CALL_TIMEOUT_S = 25.0
 
 #: After the job object is gone, how long to keep waiting for its JobRemoved before inferring.
 _SIGNAL_GRACE_S = 1.0
-
-_REMOTE_ERROR = re.compile(r"^GDBus\.Error:(?P<name>[\w.]+):\s*(?P<msg>.*)$", re.DOTALL)
 
 
 def connect(bus_kind: str, address: str | None = None) -> Any:
@@ -81,16 +79,7 @@ def connect(bus_kind: str, address: str | None = None) -> Any:
         return pydbus.SystemBus() if bus_kind == "system" else pydbus.SessionBus()
     except GLib.Error as e:
         where = address or f"the {bus_kind} bus"
-        raise SystemdError(f"cannot connect to {where}: {_remote(e)[1]}") from e
-
-
-def _remote(e: BaseException) -> tuple[str | None, str]:
-    """(D-Bus error name or None, message without GDBus's prefix) of a GLib.Error."""
-    message = str(getattr(e, "message", None) or e)
-    m = _REMOTE_ERROR.match(message)
-    if m:
-        return m.group("name"), m.group("msg").strip()
-    return None, message.strip()
+        raise SystemdError(f"cannot connect to {where}: {split_remote(e)[1]}") from e
 
 
 def _is_glib_error(e: BaseException) -> bool:
@@ -190,7 +179,7 @@ class SystemdUnits:
             return self._manager
 
     def _error(self, what: str, unit: str | None, e: BaseException) -> SystemdError:
-        name, msg = _remote(e)
+        name, msg = split_remote(e)
         subject = f"{what} {unit}" if unit else what
         if "Timeout was reached" in msg:
             msg = f"systemd did not answer within {self._call_timeout_s:g} s"
@@ -240,7 +229,7 @@ class SystemdUnits:
                 None,
             )
         except GLib.Error as e:
-            name, _ = _remote(e)
+            name, _ = split_remote(e)
             if name in (
                 "org.freedesktop.DBus.Error.UnknownObject",
                 "org.freedesktop.DBus.Error.UnknownMethod",
@@ -260,7 +249,7 @@ class SystemdUnits:
         except Exception as e:
             if not _is_glib_error(e):
                 raise
-            if _remote(e)[0] != "org.freedesktop.systemd1.AlreadySubscribed":
+            if split_remote(e)[0] != "org.freedesktop.systemd1.AlreadySubscribed":
                 raise self._error("subscribe to", "job signals", e) from e
         self._subscribed = True
 
@@ -337,7 +326,7 @@ class SystemdUnits:
         except Exception as e:
             if not _is_glib_error(e):
                 raise
-            if _remote(e)[0] != "org.freedesktop.systemd1.NoSuchUnit":
+            if split_remote(e)[0] != "org.freedesktop.systemd1.NoSuchUnit":
                 raise self._error("reset-failed", unit, e) from e
 
     def processes(self, unit: str) -> list[int]:
@@ -354,7 +343,7 @@ class SystemdUnits:
         except Exception as e:
             if not _is_glib_error(e):
                 raise
-            if _remote(e)[0] == "org.freedesktop.systemd1.NoSuchUnit":
+            if split_remote(e)[0] == "org.freedesktop.systemd1.NoSuchUnit":
                 return []
             raise self._error("list the processes of", unit, e) from e
         return sorted({int(pid) for _cgroup, pid, _cmdline in rows})
