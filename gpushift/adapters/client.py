@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import DaemonUnavailable
+from .bus import connect
 from .dbus_errors import translate
 from .dbus_service import BUS_NAME, INTERFACE, OBJECT_PATH
 
@@ -23,13 +24,7 @@ class Client:
     """A connection to the daemon on the system or session bus."""
 
     def __init__(self, bus_kind: str = "system") -> None:
-        from gi.repository import GLib
-        from pydbus import SessionBus, SystemBus
-
-        try:
-            self.bus = SystemBus() if bus_kind == "system" else SessionBus()
-        except GLib.Error as e:
-            raise DaemonUnavailable(f"cannot connect to the {bus_kind} bus: {e.message}") from None
+        self.bus = connect(bus_kind, error=DaemonUnavailable)
         self.bus_kind = bus_kind
 
     def _proxy(self) -> Any:

@@ -7,6 +7,8 @@ its ``str``); the way back starts from the ``GLib.Error`` GDBus itself builds fo
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -114,3 +116,75 @@ def test_split_remote_separates_name_and_message() -> None:
         _received("org.freedesktop.systemd1.NoSuchUnit", "Unit x.service not loaded.")
     )
     assert got == ("org.freedesktop.systemd1.NoSuchUnit", "Unit x.service not loaded.")
+
+
+# -------------------------------------------------------------------- over a real bus
+
+
+class _Raising:
+    """A daemon whose GetStatus fails with ``error``."""
+
+    def __init__(self) -> None:
+        self.error: Exception = RuntimeError("unset")
+
+    def status_json(self) -> str:
+        raise self.error
+
+
+@pytest.fixture
+def published(start_bus: Callable[[], str], monkeypatch: pytest.MonkeyPatch) -> Iterator[_Raising]:
+    """The real SwitcherService on a private bus, its GLib loop in a thread of this test."""
+    from gi.repository import GLib
+
+    from gpushift.adapters.bus import connect
+    from gpushift.adapters.dbus_service import SwitcherService, publish
+
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", start_bus())
+    bus = connect("session")
+    backend = _Raising()
+    publication = publish(bus, SwitcherService(bus, backend))  # type: ignore[arg-type]
+    loop = GLib.MainLoop()
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    try:
+        yield backend
+    finally:
+        GLib.idle_add(loop.quit)  # runs once the loop runs, however early this is
+        thread.join(10)
+        publication.unpublish()
+        bus.con.close_sync(None)
+
+
+def _status_error(bus_kind: str = "session") -> GpushiftError:
+    from gpushift.adapters.client import Client
+
+    client = Client(bus_kind)
+    try:
+        with pytest.raises(GpushiftError) as got:
+            client.status()
+    finally:
+        client.bus.con.close_sync(None)
+    return got.value
+
+
+def test_every_error_reaches_the_client_as_its_class_over_a_bus(published: _Raising) -> None:
+    for cls in ERROR_CLASSES:
+        published.error = cls(f"{cls.__name__} happened: see the journal")
+        back = _status_error()
+        assert (type(back), str(back)) == (cls, f"{cls.__name__} happened: see the journal")
+
+
+def test_a_handler_bug_reaches_the_client_as_an_internal_error(published: _Raising) -> None:
+    published.error = ZeroDivisionError("division by zero")
+    back = _status_error()
+    assert type(back) is GpushiftError
+    assert str(back) == "internal error: ZeroDivisionError('division by zero')"
+
+
+def test_the_client_on_a_bus_without_the_daemon_says_it_is_not_running(
+    start_bus: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", start_bus())
+    back = _status_error()
+    assert type(back) is DaemonUnavailable
+    assert "the gpushift daemon is not running on this bus" in str(back)
