@@ -43,7 +43,7 @@ from .chain import HeadFile, db_head, insert_row, rewrite_row
 from .reader import LedgerReader
 from .rows import interrupted, new_key, row_values, utc_text
 from .schema import SCHEMA_VERSION, connect_writer, rollback
-from .spool import Spool
+from .spool import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, Spool
 
 #: What "the database cannot be written" looks like at this edge.  Everything else is a bug.
 _WRITE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError, LedgerError)
@@ -74,6 +74,8 @@ class SqliteLedger(LedgerReader):
         connect_hook: called with every new writer connection (tests use it for
             ``PRAGMA max_page_count`` to simulate a full disk).  After a failed write the
             connection is dropped, so the next attempt runs the hook again.
+        spool_max_records, spool_max_bytes: the bound of the pending spool; a record beyond it
+            is only logged (``ledger_record_lost``, with the whole record).
     """
 
     def __init__(
@@ -87,6 +89,8 @@ class SqliteLedger(LedgerReader):
         group: str | None = DEFAULT_GROUP,
         readonly: bool = False,
         connect_hook: Callable[[sqlite3.Connection], None] | None = None,
+        spool_max_records: int = DEFAULT_MAX_RECORDS,
+        spool_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self._log = log
         path = os.fspath(db_path)
@@ -94,7 +98,8 @@ class SqliteLedger(LedgerReader):
             head_path = os.path.join(os.path.dirname(os.path.abspath(path)), "ledger.head")
         head = HeadFile(os.fspath(head_path), group, self._emit)
         runtime_dir = os.fspath(spool_dir) if spool_dir is not None else None
-        super().__init__(path, head, Spool(runtime_dir, group, self._emit, readonly), lock_timeout_s)
+        spool = Spool(runtime_dir, group, self._emit, readonly, spool_max_records, spool_max_bytes)
+        super().__init__(path, head, spool, lock_timeout_s)
         self.readonly = readonly
         self.group = group
         self._connect_hook = connect_hook
@@ -133,21 +138,27 @@ class SqliteLedger(LedgerReader):
         super().close()
 
     def health(self) -> dict[str, Any]:
-        """``{"state": "ok"|"degraded", "pending": N, "error": str|None, "alarm": str|None}``.
+        """``{"state": "ok"|"degraded", "pending": N, "error": str|None, "alarm": str|None}``, and
+        ``lost`` once the full spool could not keep a record.
 
         ``alarm`` is a tamper alarm (the head file disagreed with the database at a write); it does
         not make the ledger degraded (it still writes) but ``verify`` fails while it stands.
+        ``lost`` counts the records the full spool could not keep (each one is in the log,
+        ``ledger_record_lost``).
         """
         pending = len(self._spool.entries())
         error = self._error
         state = "degraded" if pending or error else "ok"
         alarm = self._head.alarm
-        return {
+        out: dict[str, Any] = {
             "state": state,
             "pending": pending,
             "error": error,
             "alarm": None if alarm is None else str(alarm.get("what")),
         }
+        if self._spool.lost:
+            out["lost"] = self._spool.lost
+        return out
 
     # ----------------------------------------------------------------- the port: writes
 
