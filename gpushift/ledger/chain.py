@@ -186,13 +186,26 @@ class HeadFile:
         return data if isinstance(data, dict) else {"id": None, "hash": None, "error": "not an object"}
 
     def write(self, head: Mapping[str, Any], prev: Mapping[str, Any] | None) -> None:
-        """Name ``head``; ``prev`` is the head before a write that is not yet committed."""
+        """Name ``head``; ``prev`` is the head before a write that is not yet committed.
+
+        A write names its new head with ``prev`` before its COMMIT, and names it alone after (see
+        ``settle``): so ``prev`` is only ever accepted for a write cut off between the two.
+        """
         data: dict[str, Any] = {"id": head["id"], "hash": head["hash"], "written_at": now_iso()}
         if prev is not None and not same_head(head, prev):
             data["prev"] = {"id": prev["id"], "hash": prev["hash"]}
         if self.alarm is not None:
             data["alarm"] = self.alarm
         write_file_atomic(self.path, (json.dumps(data, indent=1) + "\n").encode(), self.group)
+
+    def settle(self, head: Mapping[str, Any]) -> None:
+        """After a COMMIT: name ``head`` alone, so that removing that row is caught.  Never raises
+        (the row is written; until this succeeds the file names it with ``prev``, which verify
+        accepts as a write cut off before its end)."""
+        try:
+            self.write(head, None)
+        except OSError as e:
+            self.emit("warning", "ledger_head_not_settled", path=self.path, error=str(e), head_id=head["id"])
 
     def raise_alarm(self, what: str) -> None:
         if self.alarm is None:
@@ -226,8 +239,11 @@ class HeadFile:
             self.write(head, None)
             return
         self.check(head)
-        if hf is not None and same_head(head, hf.get("prev")):
+        if hf is not None and hf.get("prev") is not None and same_head(head, hf.get("prev")):
             # The last write was cut off between writing the head and its COMMIT: settle it.
+            self.write(head, None)
+        elif hf is not None and hf.get("prev") is not None and same_head(head, hf):
+            # ... or between its COMMIT and naming the head alone.
             self.write(head, None)
 
 
@@ -263,6 +279,10 @@ class VerifyResult:
         }
 
 
+#: How verify names a break that no row of the chain records.
+NOT_RECORDED = "chain break not recorded by the daemon"
+
+
 def verify_rows(conn: sqlite3.Connection, head_file: dict[str, Any] | None, head_path: str) -> VerifyResult:
     """Check every row's hash and link, oldest first, then the head file against the last row."""
     prev_hash = GENESIS_HASH
@@ -275,19 +295,17 @@ def verify_rows(conn: sqlite3.Connection, head_file: dict[str, Any] | None, head
         if values["prev_hash"] != prev_hash:
             after = f"row {prev_id}" if prev_id is not None else "the start of the chain"
             problem = (
-                f"row {rid}: does not link to {after} (a row before it was rewritten, or rows "
-                f"between them were removed)"
+                f"{NOT_RECORDED}: row {rid} does not link to {after} (a row before it was rewritten, "
+                f"or rows between them were removed)"
             )
             return VerifyResult(False, count, rid, problem, {}, head_file)
         if row_hash(values) != values["hash"]:
-            problem = f"row {rid}: its content does not match its hash (edited outside gpushift)"
+            problem = f"{NOT_RECORDED}: hash mismatch at row {rid} (its content was edited outside gpushift)"
             return VerifyResult(False, count, rid, problem, {}, head_file)
         prev_hash, prev_id = values["hash"], rid
     head = {"id": prev_id or 0, "hash": prev_hash}
     head_problem = _head_problem(head, head_file, count, head_path)
-    if head_problem:
-        return VerifyResult(False, count, None, head_problem, head, head_file)
-    return VerifyResult(True, count, None, None, head, head_file)
+    return VerifyResult(not head_problem, count, None, head_problem, head, head_file)
 
 
 def _head_problem(
@@ -301,10 +319,11 @@ def _head_problem(
         a = head_file["alarm"]
         return f"the head file records an alarm from {a.get('at')}: {a.get('what')}"
     if same_head(head, head_file) or same_head(head, head_file.get("prev")):
-        # "prev": the write that named this head was interrupted before its commit finished.
+        # "prev": the write that named this head was cut off before its commit finished.
         return None
-    return (
-        f"the head file names row {head_file.get('id')} hash {str(head_file.get('hash'))[:16]} "
-        f"but the database ends at row {head['id']} hash {head['hash'][:16]} (the database was "
-        f"changed or its chain recomputed outside gpushift)"
-    )
+    named = f"the head file names row {head_file.get('id')} hash {str(head_file.get('hash'))[:16]}"
+    ends = f"the database ends at row {head['id']} hash {head['hash'][:16]}"
+    hid = head_file.get("id")
+    if isinstance(hid, int) and hid > head["id"]:
+        return f"{NOT_RECORDED}: rows missing after row {head['id']} ({named}, {ends})"
+    return f"{NOT_RECORDED}: {named} but {ends} (the database was changed or its chain recomputed outside gpushift)"

@@ -331,7 +331,8 @@ class SqliteLedger(LedgerReader):
         )
 
     def _write(self, key: str, d: Mapping[str, Any], row_id: int | None, op: str) -> int:
-        """Insert or rewrite one row in one transaction; the head file is written before COMMIT."""
+        """Insert or rewrite one row in one transaction; the head file names the new head with
+        ``prev`` before COMMIT and alone after it."""
         conn = self._writer()
         head_before: dict[str, Any] | None = None
         head_written = False
@@ -359,6 +360,7 @@ class SqliteLedger(LedgerReader):
             if isinstance(e, _WRITE_ERRORS):
                 self._note_error(e)
             raise
+        self._head.settle(head_after)
         self._error = None
         rec = row_values(d, new_id, key, "")
         self._emit(
