@@ -15,11 +15,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .breaks import describe, recorded_break
 from .files import write_file_atomic
 from .rows import now_iso
 
 #: ``prev_hash`` of the first row.
 GENESIS_HASH = "0" * 64
+
+#: The head of a chain without rows.
+EMPTY_HEAD: dict[str, Any] = {"id": 0, "hash": GENESIS_HASH}
 
 #: Versions the hash input; a later migration that changes the columns re-links with a new tag.
 HASH_TAG = "gpushift-ledger-row-v2"
@@ -207,6 +211,21 @@ class HeadFile:
         except OSError as e:
             self.emit("warning", "ledger_head_not_settled", path=self.path, error=str(e), head_id=head["id"])
 
+    def restart(self) -> None:
+        """A new chain starts (``breaks.py``): name the empty chain, keeping a standing alarm."""
+        hf = self.read()
+        if self.alarm is None and hf is not None and isinstance(hf.get("alarm"), dict):
+            self.alarm = hf["alarm"]
+        self.write(EMPTY_HEAD, None)
+
+    def names_lost_rows(self, head: Mapping[str, Any]) -> bool:
+        """True when the file names rows that a database ending at ``head`` does not have (and not
+        as a write cut off before its COMMIT)."""
+        hf = self.read()
+        if hf is None or not isinstance(hf.get("id"), int) or isinstance(hf.get("id"), bool):
+            return False
+        return bool(hf["id"] > head["id"] and not same_head(head, hf.get("prev")))
+
     def raise_alarm(self, what: str) -> None:
         if self.alarm is None:
             self.alarm = {"at": now_iso(), "what": what}
@@ -260,13 +279,24 @@ class VerifyResult:
     problem: str | None = None
     head: dict[str, Any] = field(default_factory=dict)  # the database's last row: id, hash
     head_file: dict[str, Any] | None = None
+    #: Breaks the daemon recorded (``extra["chain_break"]`` of the rows that start a new chain, with
+    #: ``row``); any of them makes the result not ok.
+    breaks: list[dict[str, Any]] = field(default_factory=list)
 
     def describe(self) -> str:
         """One line for a person."""
+        h = self.head
         if self.ok:
-            h = self.head
             return f"ledger ok: {self.rows} rows, head row {h.get('id')} hash {str(h.get('hash'))[:16]}"
-        return f"ledger verify FAILED: {self.problem}"
+        recorded = "; ".join(
+            f"chain break recorded by the daemon at row {b['row']}: {describe(b)}" for b in self.breaks
+        )
+        if self.problem is None:
+            return (
+                f"ledger verify FAILED: {recorded}; from there the chain verifies ({self.rows} rows, "
+                f"head row {h.get('id')} hash {str(h.get('hash'))[:16]})"
+            )
+        return f"ledger verify FAILED: {self.problem}" + (f" (earlier, {recorded})" if recorded else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -276,6 +306,7 @@ class VerifyResult:
             "problem": self.problem,
             "head": self.head,
             "head_file": self.head_file,
+            "breaks": self.breaks,
         }
 
 
@@ -284,10 +315,15 @@ NOT_RECORDED = "chain break not recorded by the daemon"
 
 
 def verify_rows(conn: sqlite3.Connection, head_file: dict[str, Any] | None, head_path: str) -> VerifyResult:
-    """Check every row's hash and link, oldest first, then the head file against the last row."""
+    """Check every row's hash and link, oldest first, then the head file against the last row.
+
+    A row that starts a new chain (``breaks.py``) is a break the daemon recorded: the result is
+    not ok, and says so apart from a break nothing recorded.
+    """
     prev_hash = GENESIS_HASH
     prev_id: int | None = None
     count = 0
+    breaks: list[dict[str, Any]] = []
     for row in conn.execute(f"SELECT {', '.join(ROW_COLUMNS)} FROM switches ORDER BY id"):
         values = dict(zip(ROW_COLUMNS, row, strict=True))
         count += 1
@@ -298,14 +334,17 @@ def verify_rows(conn: sqlite3.Connection, head_file: dict[str, Any] | None, head
                 f"{NOT_RECORDED}: row {rid} does not link to {after} (a row before it was rewritten, "
                 f"or rows between them were removed)"
             )
-            return VerifyResult(False, count, rid, problem, {}, head_file)
+            return VerifyResult(False, count, rid, problem, {}, head_file, breaks)
         if row_hash(values) != values["hash"]:
             problem = f"{NOT_RECORDED}: hash mismatch at row {rid} (its content was edited outside gpushift)"
-            return VerifyResult(False, count, rid, problem, {}, head_file)
+            return VerifyResult(False, count, rid, problem, {}, head_file, breaks)
+        brk = recorded_break(values)
+        if brk is not None:
+            breaks.append({"row": rid, **brk})
         prev_hash, prev_id = values["hash"], rid
     head = {"id": prev_id or 0, "hash": prev_hash}
     head_problem = _head_problem(head, head_file, count, head_path)
-    return VerifyResult(not head_problem, count, None, head_problem, head, head_file)
+    return VerifyResult(not head_problem and not breaks, count, None, head_problem, head, head_file, breaks)
 
 
 def _head_problem(
