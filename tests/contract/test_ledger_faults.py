@@ -203,6 +203,22 @@ def test_ledger_deleted_under_a_live_writer_next_row_lands_in_a_new_chain(
     assert not res.ok and res.breaks and "deleted" in res.describe()
 
 
+def test_ledger_deleted_in_the_middle_of_a_switch_its_finish_lands_whole(
+    ledger_paths: tuple[Path, Path],
+) -> None:
+    db, run = ledger_paths
+    led = three_rows(db, run)
+    rec = make_record(4)
+    assert led.begin(rec) == 4  # the intent row, in the old file
+    old = head_of(led)
+    db.unlink()
+    finish(led, rec)  # the finished record lands in the new chain, complete
+    assert_new_chain(db, "deleted", old)
+    assert [(r["id"], r["ticket"], r["outcome"]) for r in chain_rows(db)][1:] == [(2, "ticket-4", "ok")]
+    assert rec.id == 2
+    assert chain_rows(db)[1]["record"]["backend_version"] == "b4100"
+
+
 def test_ledger_deleted_with_its_wal_under_a_live_writer(ledger_paths: tuple[Path, Path]) -> None:
     db, run = ledger_paths
     led = three_rows(db, run)
