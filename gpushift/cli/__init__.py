@@ -281,6 +281,11 @@ def render_status(s: dict[str, Any]) -> str:
         lines.append("ledger:   ok")
     if led.get("alarm"):
         lines.append(f"ledger:   TAMPER ALARM: {led['alarm']} (run `gpushift ledger verify`)")
+    brk = led.get("chain_break")
+    if isinstance(brk, dict):
+        lines.append(
+            f"ledger:   new chain since {brk.get('at')}: {brk.get('reason')}, old file {brk.get('moved_to') or '-'}"
+        )
     return "\n".join(lines)
 
 
