@@ -205,6 +205,6 @@ def decide(s: Snapshot) -> Decision:
         return Decision(
             tuple(actions), f"retrying {wants} in {s.retry_after_s - since_failure:.0f}s", a, blocked
         )
-    reason = f"schedule line {fire.entry.line} ({fire.entry.fields}) fired at {fire.at.isoformat()}"
+    reason = fire.describe()  # "schedule line N (fields) fired at T", naming a calendar exception
     actions.append(Switch(wants, reason, s.trigger, actual))
     return Decision(tuple(actions), f"switching {actual} -> {wants}", a, blocked)

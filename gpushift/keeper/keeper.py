@@ -233,6 +233,7 @@ class Keeper:
                     "tz": str(self.schedule.tz),
                     "wants": fire.target if fire else None,
                     "since": fire.at.isoformat() if fire else None,
+                    "exception": fire.in_force.as_dict(self.schedule.tz) if fire and fire.in_force else None,
                     "next": (
                         {
                             "target": nxt.target,

@@ -78,7 +78,10 @@ def test_schedule_cli_json_is_machine_readable(files: tuple[Path, Path]) -> None
         "target": "llama",
         "line": 4,
         "entry": "0 20 * * 1-5",
+        "exception": None,
+        "exception_ends": None,
     }
+    assert doc["exceptions"] == []
     assert doc["next"] == [
         {
             "utc": "2026-12-04T16:00:00Z",
@@ -86,6 +89,8 @@ def test_schedule_cli_json_is_machine_readable(files: tuple[Path, Path]) -> None
             "target": "llama",
             "line": 5,
             "entry": "0 0 * * sat,sun",
+            "exception": None,
+            "exception_ends": None,
             "changes": False,
         },
         {
@@ -94,6 +99,8 @@ def test_schedule_cli_json_is_machine_readable(files: tuple[Path, Path]) -> None
             "target": "llama",
             "line": 5,
             "entry": "0 0 * * sat,sun",
+            "exception": None,
+            "exception_ends": None,
             "changes": False,
         },
     ]
