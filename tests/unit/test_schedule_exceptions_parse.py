@@ -264,3 +264,16 @@ def test_schedule_except_fuzz_never_crashes_and_names_its_line(junk: str) -> Non
     s.in_effect(t)
     s.next(t, 3)
     s.next_change(t)
+
+
+def test_schedule_except_examples_in_the_shipped_file_parse_when_uncommented() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "etc/gpushift/schedule").read_text(encoding="utf-8")
+    examples = [line.lstrip("# ") for line in text.splitlines() if line.lstrip("# ").startswith("except ")]
+    assert len(examples) == 2
+    s = parse_schedule(text + "\n".join(examples) + "\n", "etc/gpushift/schedule", {"vllm", "llama"})
+    assert [(x.written, x.target, x.name) for x in s.spans] == [
+        ("2026-12-24..2026-12-31", "llama", "holidays"),
+        ("2027-01-04T08:00..2027-01-04T12:00", "off", "maintenance"),
+    ]
