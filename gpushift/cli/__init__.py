@@ -225,7 +225,9 @@ def render_status(s: dict[str, Any]) -> str:
     sched = s.get("schedule")
     if isinstance(sched, dict):
         if sched.get("wants"):
-            lines.append(f"schedule: wants {sched['wants']} now")
+            exc = sched.get("exception")
+            exc_text = f" (calendar exception {exc['name']} until {exc['until_local']})" if exc else ""
+            lines.append(f"schedule: wants {sched['wants']} now{exc_text}")
         if sched.get("next"):
             n = sched["next"]
             lines.append(f"next:     {n.get('target')} at {n.get('at_local') or n.get('at')}")
