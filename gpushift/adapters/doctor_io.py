@@ -18,7 +18,11 @@ from ..config import Config
 from ..errors import GpushiftError
 from ..model import Holder, HostGpuFacts, UnitState
 from ..ports import GpuProbe, Ledger, UnitControl
+from . import safefile
 from .version_command import run_version_command
+
+#: A model directory's ``config.json`` larger than this is not read (they are a few KiB).
+CONFIG_JSON_LIMIT_BYTES = 1024 * 1024
 
 
 def tcp_listeners() -> dict[int, Holder]:
@@ -50,10 +54,11 @@ def _checkpoint(backend_kind: str, argv: Sequence[str], env: dict[str, str]) -> 
     if not model or not os.path.isdir(model):
         return None
     try:
-        with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
-            return doctor.checkpoint_facts_from_config(json.load(f))
-    except (OSError, ValueError):
+        # From the backend's command line: a regular file only, a bounded read (safefile.py).
+        data = json.loads(safefile.read_bounded(os.path.join(model, "config.json"), CONFIG_JSON_LIMIT_BYTES))
+    except (OSError, ValueError):  # missing, unreadable, skipped (not a regular file, too large)
         return None
+    return doctor.checkpoint_facts_from_config(data) if isinstance(data, dict) else None
 
 
 def _ledger_memory(ledger: Ledger | None) -> tuple[dict[str, str], dict[str, int], dict[int, str] | None]:

@@ -9,6 +9,11 @@ The model fingerprint is sha256 over the size, the first 16 MiB and the last 16 
 must not be read on every switch.  The trade-off: a change that keeps the size and touches neither
 end (a byte in the middle) is NOT detected; a re-download, a different quantisation, a truncated
 copy or a file re-written from its start is.  The mtime is recorded beside it as a second hint.
+
+Every path here comes from outside (the backend's command line, systemd's unit paths): files are
+opened only through :mod:`gpushift.adapters.safefile` (a regular file, checked on the descriptor,
+never a FIFO or a device), and an entry that is not a regular file is recorded with ``skipped``
+(``"not a regular file (FIFO)"``) instead of being read.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 from .. import cmdline, redact
 from ..model import UnitState
+from . import safefile
 
 #: The key the switcher stores the result under, in ``SwitchRecord.extra``.
 LAUNCH_KEY = "launch"
@@ -38,15 +44,24 @@ FINGERPRINT_PREFIX = "fp1:"
 
 #: A model directory (vLLM's Hugging Face layout) is fingerprinted file by file, up to this many.
 MAX_DIR_FILES = 256
+#: A model directory's walk stops after this many entries (a command line naming ``/`` must not
+#: make a switch walk the whole filesystem).
+MAX_DIR_ENTRIES = 4096
+#: Unit files and drop-ins are hashed up to this size; a larger one is not hashed.
+MAX_UNIT_FILE_BYTES = 1024 * 1024
 
 
 def fingerprint_file(path: str, size: int | None = None) -> str:
     """``fp1:`` + sha256(size as 8 bytes, first 16 MiB, last 16 MiB) — at most 32 MiB read.
 
     A file of at most 32 MiB is read once, whole.
+
+    Raises:
+        safefile.Skipped: ``path`` is not a regular file (it is never opened as a FIFO or device).
+        OSError: it cannot be read.
     """
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with safefile.open_regular(path) as f:
         if size is None:
             size = os.fstat(f.fileno()).st_size
         h.update(b"gpushift-fp1\0")
@@ -104,6 +119,11 @@ def describe_model(
         info["error"] = f"{e.strerror or e}"
         return info
     info["mtime"] = _mtime_iso(st)
+    skip = None if stat.S_ISDIR(st.st_mode) else safefile.not_regular(st.st_mode)
+    if skip is not None:  # a FIFO, a device, a socket: never opened
+        info["kind"] = "skipped"
+        info["skipped"] = skip
+        return info
     try:
         if stat.S_ISDIR(st.st_mode):
             info.update(_describe_dir(path, cache))
@@ -111,6 +131,10 @@ def describe_model(
             info["kind"] = "file"
             info["size_bytes"] = st.st_size
             info["fingerprint"] = _cached_fingerprint(path, st, cache)
+    except safefile.Skipped as e:  # swapped for a FIFO or device since the stat
+        info["kind"] = "skipped"
+        info["skipped"] = e.reason
+        info.pop("size_bytes", None)
     except OSError as e:
         info["error"] = f"{e.strerror or e}"
     return info
@@ -119,23 +143,30 @@ def describe_model(
 def _describe_dir(path: str, cache: MutableMapping[Any, str] | None) -> dict[str, Any]:
     """A model directory: every regular file under it (names, sizes, per-file fingerprints)."""
     files: list[tuple[str, os.stat_result]] = []
+    seen = 0
     for root, dirs, names in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for n in sorted(names):
             full = os.path.join(root, n)
+            seen += 1
             try:
                 st = os.stat(full)
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode):
+            if stat.S_ISREG(st.st_mode):  # a FIFO or device inside is left out, never opened
                 files.append((os.path.relpath(full, path), st))
+        if seen >= MAX_DIR_ENTRIES:
+            break
     files.sort()
     h = hashlib.sha256(b"gpushift-dir-fp1\0")
     total = 0
     truncated = len(files) > MAX_DIR_FILES
     for rel, st in files[:MAX_DIR_FILES]:
         total += st.st_size
-        fp = _cached_fingerprint(os.path.join(path, rel), st, cache)
+        try:
+            fp = _cached_fingerprint(os.path.join(path, rel), st, cache)
+        except safefile.Skipped as e:  # swapped for a FIFO or device since the walk
+            fp = f"skipped: {e.reason}"
         h.update(f"{rel}\0{st.st_size}\0{fp}\n".encode())
     for _rel, st in files[MAX_DIR_FILES:]:
         total += st.st_size
@@ -145,18 +176,25 @@ def _describe_dir(path: str, cache: MutableMapping[Any, str] | None) -> dict[str
         "files": len(files),
         "fingerprint": FINGERPRINT_PREFIX + h.hexdigest(),
     }
+    notes = []
     if truncated:
-        out["note"] = f"only the first {MAX_DIR_FILES} files are fingerprinted"
+        notes.append(f"only the first {MAX_DIR_FILES} files are fingerprinted")
+    if seen >= MAX_DIR_ENTRIES:
+        notes.append(f"the walk stopped after {seen} entries")
+    if notes:
+        out["note"] = "; ".join(notes)
     return out
 
 
 def sha256_file(path: str) -> tuple[str | None, str | None]:
-    """(sha256 hex, None) or (None, why not) — for small files (unit files, drop-ins)."""
+    """(sha256 hex, None) or (None, why not) — for small files (unit files, drop-ins): a regular
+    file of at most :data:`MAX_UNIT_FILE_BYTES`."""
     if not path:
         return None, "no path"
     try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest(), None
+        return hashlib.sha256(safefile.read_bounded(path, MAX_UNIT_FILE_BYTES)).hexdigest(), None
+    except safefile.Skipped as e:
+        return None, e.reason
     except OSError as e:
         return None, f"{e.strerror or e}"
 

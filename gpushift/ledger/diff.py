@@ -157,8 +157,8 @@ def _diff_map(add: Callable[..., None], area: str, a: Mapping[str, Any], b: Mapp
 def _model_text(m: Mapping[str, Any] | None) -> str:
     if not m:
         return "-"
-    if m.get("error"):
-        return f"({m['error']})"
+    if m.get("error") or m.get("skipped"):
+        return f"({m.get('error') or m.get('skipped')})"
     return f"{size(m.get('size_bytes'))}, {short(m.get('fingerprint'), 20)}"
 
 

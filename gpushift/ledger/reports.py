@@ -122,8 +122,8 @@ def format_record(rec: SwitchRecord) -> str:
     kv("command configured", command_line(rec.argv_configured) if rec.argv_configured else None)
     kv("command running", command_line(rec.argv_running) if rec.argv_running else None)
     for m in li.get("models") or []:
-        if m.get("error"):
-            kv(f"model {m.get('flag')}", f"{m.get('path')}  ({m['error']})")
+        if m.get("error") or m.get("skipped"):
+            kv(f"model {m.get('flag')}", f"{m.get('path')}  ({m.get('error') or m.get('skipped')})")
         else:
             kv(
                 f"model {m.get('flag')}",
@@ -354,8 +354,8 @@ def _md_current(rec: SwitchRecord) -> list[str]:
     if env:
         out.append("- Environment: " + ", ".join(f"`{k}={v}`" for k, v in sorted(env.items())))
     for m in li.get("models") or []:
-        if m.get("error"):
-            out.append(f"- Model `{m.get('path')}` ({m.get('flag')}): {m['error']}")
+        if m.get("error") or m.get("skipped"):
+            out.append(f"- Model `{m.get('path')}` ({m.get('flag')}): {m.get('error') or m.get('skipped')}")
         else:
             out.append(
                 f"- Model `{m.get('resolved') or m.get('path')}` ({m.get('flag')}): {size(m.get('size_bytes'))}, "

@@ -159,3 +159,29 @@ def start_bus(procs: Processes, tmp_path: Path) -> Callable[[], str]:
         return address
 
     return start
+
+
+def release_fifo(path: str | os.PathLike[str]) -> None:
+    """Open FIFO ``path`` for writing for a moment: a reader blocked in ``open()`` on it goes on."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
+
+
+@pytest.fixture
+def fifos(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """``fifos(name)`` makes a FIFO nobody writes to under ``tmp_path``; each is released at the end,
+    so a reader stuck on one (the bug a test looks for) does not stay blocked."""
+    made: list[Path] = []
+
+    def make(name: str) -> Path:
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(p)
+        made.append(p)
+        return p
+
+    try:
+        yield make
+    finally:
+        for p in made:
+            release_fifo(p)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpushift.adapters import launchinfo
+from gpushift.adapters import safefile
 from gpushift.adapters.launchinfo import (
     EDGE_BYTES,
     collect_launch_info,
@@ -27,15 +27,17 @@ GIB = 1024**3
 
 
 class CountingOpen:
-    """Wraps ``open`` inside the launchinfo module: counts opened files and bytes read."""
+    """Wraps the one opener launchinfo reads files through (``safefile.open_regular``): counts
+    opened files and bytes read."""
 
     def __init__(self) -> None:
         self.opened: list[str] = []
         self.bytes_read = 0
+        self.real = safefile.open_regular
 
-    def __call__(self, path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, path: Any) -> Any:
         self.opened.append(str(path))
-        f = open(path, mode, *args, **kwargs)  # noqa: SIM115 - handed back to the caller
+        f = self.real(path)
         counter = self
         real_read = f.read
 
@@ -51,7 +53,7 @@ class CountingOpen:
 @pytest.fixture
 def counting(monkeypatch: pytest.MonkeyPatch) -> CountingOpen:
     c = CountingOpen()
-    monkeypatch.setattr(launchinfo, "open", c, raising=False)
+    monkeypatch.setattr(safefile, "open_regular", c)
     return c
 
 
