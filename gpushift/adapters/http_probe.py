@@ -2,19 +2,20 @@
 
 A version command (instead of a version URL) runs in :mod:`gpushift.adapters.version_command`.
 
-Stdlib only (urllib): one short request per poll, no connection kept, nothing at import.
+One short request per poll, no connection kept, nothing at import.  Every request runs under a
+TOTAL deadline and a bound on the bytes read (:mod:`gpushift.adapters.httpget`): a backend that
+trickles its answer cannot hold the switch, the sampler or the drain longer than the timeout.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 from ..model import Health, VersionInfo
+from . import httpget
 from .version_command import run_version_command
 
 # Prometheus sample lines that count requests still being served or queued.
@@ -27,13 +28,16 @@ _INFLIGHT_METRICS = (
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEInfa]+)")
 
 
+#: vLLM's /metrics took up to 2 s to answer while generating (measured): allow 5 in all.
+IN_FLIGHT_TIMEOUT_S = 5.0
+#: The most bytes of an answer's body read (a /metrics page of vLLM is some tens of KiB).
+BODY_LIMIT_BYTES = 1 << 20
+
+
 def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers={"User-Agent": "gpushift"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (config URLs)
-            return resp.status, resp.read(1 << 20)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(1 << 16) if e.fp else b""
+    """(status, body) within ``timeout_s`` in all; raises OSError or ValueError (httpget.get)."""
+    r = httpget.get(url, timeout_s, BODY_LIMIT_BYTES)
+    return r.status, r.body
 
 
 def parse_inflight(metrics_text: str, names: Sequence[str] = _INFLIGHT_METRICS) -> int | None:
@@ -68,9 +72,8 @@ class HttpBackendProbe:
     def health(self, url: str, timeout_s: float = 2.0) -> Health:
         try:
             status, body = _get(url, timeout_s)
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            reason = getattr(e, "reason", e)
-            return Health(False, None, f"no answer: {reason}")
+        except (OSError, ValueError) as e:
+            return Health(False, None, f"no answer: {e}")
         return Health(status == 200, status, body[:200].decode("utf-8", "replace").strip())
 
     def version(
@@ -80,7 +83,7 @@ class HttpBackendProbe:
             try:
                 status, body = _get(version_url, timeout_s)
                 if status == 200:
-                    data: Any = json.loads(body)
+                    data: Any = json.loads(body.decode("utf-8", "replace"))  # never fatal: bytes from outside
                     v = None
                     if isinstance(data, dict):
                         # vLLM's /version: {"version": ...}; llama-server's /props: build_info
@@ -88,7 +91,7 @@ class HttpBackendProbe:
                     if v is not None:
                         return VersionInfo(str(v), "url", body[:500].decode("utf-8", "replace"))
                 return VersionInfo(None, "url", f"HTTP {status}")
-            except (urllib.error.URLError, OSError, ValueError) as e:
+            except (OSError, ValueError) as e:
                 return VersionInfo(None, "url", f"error: {e}")
         if version_command:
             # Under its own timeout (VERSION_COMMAND_TIMEOUT_S): timeout_s is the HTTP request's.
@@ -101,9 +104,8 @@ class HttpBackendProbe:
         if not url:
             return None
         try:
-            # vLLM's /metrics took up to 2 s to answer while generating (measured): allow 5.
-            status, body = _get(url, 5.0)
-        except (urllib.error.URLError, OSError, ValueError):
+            status, body = _get(url, IN_FLIGHT_TIMEOUT_S)
+        except (OSError, ValueError):
             return None
         if status != 200:
             return None
