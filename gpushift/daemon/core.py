@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import __version__, wiring
 from .. import config as config_mod
+from ..adapters.dbus_names import BUS_NAME
 from ..errors import ConfigError, GpushiftError
 from ..model import Caller, EventKind, Trigger
 from ..switch import Event, Switcher
@@ -323,7 +324,7 @@ class Daemon:
         except RuntimeError as e:
             self.log.error(
                 "bus_name_taken",
-                name=dbus_service.BUS_NAME,
+                name=BUS_NAME,
                 error=str(e),
                 detail="another gpushift daemon runs on this bus",
             )
@@ -343,7 +344,7 @@ class Daemon:
             "daemon_ready",
             pid=os.getpid(),
             bus=self.config.daemon.bus,
-            name=dbus_service.BUS_NAME,
+            name=BUS_NAME,
             running=running,
             version=__version__,
             schedule=self.schedule.path if self.schedule else None,
