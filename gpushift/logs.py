@@ -8,7 +8,8 @@ Every log call is ``log.info("event_name", key=value, ...)`` (structlog).  Where
 * otherwise (a terminal, a file, a pipe): one JSON object per line on stdout, as before.
 
 An entry the journal does not take (journald stopped, its queue full for too long, an encoding bug)
-is written as its JSON line to stderr instead: a line is never lost and logging never raises.
+is written as its JSON line to stderr instead, and so are the lines of the next
+:data:`RETRY_AFTER_S`: a line is never lost and logging never raises.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 import structlog
@@ -51,6 +53,9 @@ PREFIX = "GPUSHIFT_"
 #: traceback in a loop) must not make every entry a memfd.  A ledger record (the last resort when the
 #: database cannot be written) is a few KiB, far below it.
 VALUE_MAX_BYTES = 64 * 1024
+
+#: After the journal failed to take a line, how long every line goes to the fallback stream instead.
+RETRY_AFTER_S = 10.0
 
 #: Keys that name the backend a line is about, first found wins: ``GPUSHIFT_BACKEND``.
 _BACKEND_KEYS = ("backend", "to", "target")
@@ -197,11 +202,23 @@ def _hand_over(_logger: Any, _method: str, event_dict: Any) -> Any:
 
 class JournalLogger:
     """structlog's "logger" in journal mode: sends each event dict to journald, or writes its JSON
-    line to the fallback stream when that fails.  Never raises."""
+    line to the fallback stream when that fails.  Never raises.
 
-    def __init__(self, sock: journal.JournalSocket, fallback: TextIO | None = None) -> None:
+    After a failed send the journal is left alone for :data:`RETRY_AFTER_S` (every line goes to the
+    fallback meanwhile): a stalled journald makes each send wait for its timeout, and a burst of
+    such waits on the main loop would starve the watchdog.
+    """
+
+    def __init__(
+        self,
+        sock: journal.JournalSocket,
+        fallback: TextIO | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.sock = sock
         self._fallback = fallback
+        self._monotonic = monotonic
+        self._failed: tuple[float, str] | None = None  # (when, why) the last send failed
 
     def msg(self, event_dict: Mapping[str, Any]) -> None:
         try:
@@ -213,16 +230,26 @@ class JournalLogger:
 
     def send_fields(self, fields: list[tuple[str, str | bytes]], line: Mapping[str, Any]) -> None:
         """Send prepared ``fields``; on failure write ``line`` as JSON to the fallback stream."""
+        failed = self._failed
+        if failed is not None and self._monotonic() - failed[0] < RETRY_AFTER_S:
+            self.fallback(
+                line, f"not tried: the journal failed {self._monotonic() - failed[0]:.1f}s ago ({failed[1]})"
+            )
+            return
         try:
             self.sock.send(fields)
         except Exception as e:  # noqa: BLE001 - the journal's failure must cost neither the line nor the daemon
-            self.fallback(line, e)
+            self._failed = (self._monotonic(), f"{type(e).__name__}: {e}")
+            self.fallback(line, self._failed[1])
+            return
+        self._failed = None
 
-    def fallback(self, event_dict: Mapping[str, Any], error: BaseException) -> None:
+    def fallback(self, event_dict: Mapping[str, Any], error: BaseException | str) -> None:
         """``event_dict`` as a JSON line, with ``journal_error`` saying why, on the fallback stream."""
         try:
             out = self._fallback or sys.stderr
-            out.write(json_line({**event_dict, "journal_error": f"{type(error).__name__}: {error}"}) + "\n")
+            why = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+            out.write(json_line({**event_dict, "journal_error": why}) + "\n")
             out.flush()
         except Exception:  # noqa: BLE001 - nowhere left to write: never raise from a log call
             pass

@@ -23,6 +23,7 @@ import os
 import re
 import socket
 import struct
+import threading
 from collections.abc import Iterable, Mapping
 
 #: Where journald listens for native entries (the same path on every systemd since 38).
@@ -120,6 +121,7 @@ class JournalSocket:
         self.path = path
         self.timeout_s = timeout_s
         self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
 
     def send(self, fields: Iterable[tuple[str, str | bytes]]) -> None:
         """Send one entry.
@@ -139,11 +141,12 @@ class JournalSocket:
             self._send_memfd(sock, data)
 
     def _socket(self) -> socket.socket:
-        if self._sock is None:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            s.settimeout(self.timeout_s)
-            self._sock = s
-        return self._sock
+        with self._lock:
+            if self._sock is None:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+                s.settimeout(self.timeout_s)
+                self._sock = s
+            return self._sock
 
     def _send_memfd(self, sock: socket.socket, data: bytes) -> None:
         """A large entry: written into a memfd, sealed against change, and its descriptor sent.
@@ -164,7 +167,8 @@ class JournalSocket:
             os.close(fd)
 
     def close(self) -> None:
-        if self._sock is not None:
-            with contextlib.suppress(OSError):
-                self._sock.close()
-            self._sock = None
+        with self._lock:
+            if self._sock is not None:
+                with contextlib.suppress(OSError):
+                    self._sock.close()
+                self._sock = None

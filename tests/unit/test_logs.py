@@ -200,3 +200,20 @@ def test_logs_stdlib_loggers_reach_the_journal_too(journald) -> None:
     assert e["GPUSHIFT_EVENT"] == "nvml_memory_v2_missing" and e["PRIORITY"] == "4"
     assert e["GPUSHIFT_LOGGER"] == "gpushift.adapters.nvml"
     assert e["MESSAGE"] == "gpushift.adapters.nvml: nvml_memory_v2_missing fallback=v1"
+
+
+def test_logs_after_a_failure_the_journal_is_left_alone_for_a_while_then_used_again(tmp_path: Path) -> None:
+    path = str(tmp_path / "socket")
+    now = [100.0]
+    out = io.StringIO()
+    logger = logs.JournalLogger(journal.JournalSocket(path), out, monotonic=lambda: now[0])
+    logger.msg({"event": "first", "level": "info", "ticket": "t"})  # no journald yet
+    with stand_in_socket(path) as rx:
+        now[0] += logs.RETRY_AFTER_S / 2
+        logger.msg({"event": "second", "level": "info"})  # not tried: a stalled journald costs one wait
+        now[0] += logs.RETRY_AFTER_S
+        logger.msg({"event": "third", "level": "info"})
+        assert entry(rx)["GPUSHIFT_EVENT"] == "third"
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [x["event"] for x in lines] == ["first", "second"]
+    assert "not tried" in lines[1]["journal_error"] and "not tried" not in lines[0]["journal_error"]
