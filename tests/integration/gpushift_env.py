@@ -213,8 +213,13 @@ class GpushiftEnv:
         return int(self.sb.show(unit, "MainPID")["MainPID"])
 
     def daemon_journal(self, *matches: str) -> list[dict[str, Any]]:
-        """The daemon's journal entries (``_SYSTEMD_UNIT=gpushift.service`` and ``matches``)."""
-        return list(self.sb.journal("_SYSTEMD_UNIT=gpushift.service", *matches))
+        """The daemon's journal entries that also fit ``matches``.
+
+        Matched by ``SYSLOG_IDENTIFIER=gpushift`` (its own entries, and what it prints, named after
+        its command), not by unit: a daemon that refuses to start has exited before journald reads
+        its cgroup, and its lines carry no ``_SYSTEMD_UNIT``.
+        """
+        return list(self.sb.journal("SYSLOG_IDENTIFIER=gpushift", *matches))
 
     def daemon_log(self) -> str:
         """The daemon's log, one line per journal entry: a structured entry as the JSON object it

@@ -34,21 +34,28 @@ def _values(entries: list[dict], field: str) -> list:
     return [e.get(field) for e in entries]
 
 
-def test_sandbox_journal_holds_the_units_output_and_stop_ends_journald():
+def test_sandbox_journal_holds_the_units_output_and_stop_ends_journald(wait_for):
     sb = Sandbox().start()
     try:
         assert sb.journald is not None and sb.journald.pid is not None
         jpid = sb.journald.pid
         assert _alive(jpid)
+        # it stays alive: journald reads the unit from the sender's cgroup (see tests/support/journald.py)
         sb.install_unit(
             "talker.service",
-            "[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo out-line; echo err-line >&2'\n",
+            "[Service]\nExecStart=/bin/sh -c 'echo out-line; echo err-line >&2; exec sleep 60'\n",
         )
         sb.daemon_reload()
         sb.systemctl("start", "talker.service")
-        entries = sb.journal("-u", "talker.service")
+
+        def both_lines() -> list[dict] | None:
+            got = sb.journal("-u", "talker.service")
+            return got if len(got) >= 2 else None
+
+        entries = wait_for(both_lines, 10, "the unit's two lines", sb.journal_text)
         assert _values(entries, "MESSAGE") == ["out-line", "err-line"], entries
         assert set(_values(entries, "_SYSTEMD_UNIT")) == {"talker.service"}
+        assert set(_values(entries, "_TRANSPORT")) == {"stdout"}
         assert list(sb.journal_dir.glob("*/system.journal")), "the journal is not in the sandbox's directory"
         # the host's /run was not used: journald's socket exists only in the sandbox's namespace
         assert not os.path.exists("/run/systemd/journal/socket") or os.path.isdir("/run/systemd/system")
@@ -100,7 +107,7 @@ def test_native_protocol_entries_are_parsed_by_journald_exactly():
         assert got["newline"]["MESSAGE"] == "multi\nline"
         assert bytes(got["binary"]["MESSAGE"]) == b"bin\x00ary\xff"
         assert got["memfd"]["PROBE_BIG"] == "x" * 400000 + "\nend"
-        assert got["memfd"]["_SYSTEMD_UNIT"] == "probe.service"
+        assert all(e["_TRANSPORT"] == "journal" for e in got.values())
 
 
 def test_one_switch_is_followed_in_the_journal_by_its_ticket(sandbox):

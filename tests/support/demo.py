@@ -211,7 +211,7 @@ simulated_vram_mib = 6800
     r = sb.systemctl("start", "gpushift.service", check=False, timeout_s=90)
     if r.returncode != 0:
         print(r.stderr, file=sys.stderr)
-        print(sb.journal_text("_SYSTEMD_UNIT=gpushift.service", lines=40), file=sys.stderr)
+        print(sb.journal_text("SYSLOG_IDENTIFIER=gpushift", lines=40), file=sys.stderr)
         return 1
     print(sb.systemctl("status", "gpushift.service", "--lines=0", check=False).stdout)
 
@@ -234,7 +234,7 @@ simulated_vram_mib = 6800
         _say(title)
         if gs(*args) not in (0,):
             print(f"demo step failed: gpushift {' '.join(args)}", file=sys.stderr)
-            print(sb.journal_text("_SYSTEMD_UNIT=gpushift.service", lines=40), file=sys.stderr)
+            print(sb.journal_text("SYSLOG_IDENTIFIER=gpushift", lines=40), file=sys.stderr)
             return 1
         time.sleep(0.2)
     _say("the demo is still running")
