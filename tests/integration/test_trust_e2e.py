@@ -3,6 +3,7 @@ evidence (the unit's last log lines, from the sandbox's real journald) in its le
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def pair(sandbox):
 def test_switch_records_the_warmups_time_to_first_token(pair):
     env = pair()
     r = env.cli("switch", "b", "--json", check=True)
-    row = env.ledger_row(__import__("json").loads(r.stdout)["ledger_id"])
+    row = env.ledger_row(json.loads(r.stdout)["ledger_id"])
     w = row["extra"]["warmup"]
     assert w["ok"] and w["path"] == "/v1/completions" and w["chunks"] >= 1
     assert 0 < w["ttft_s"] <= w["total_s"], w
@@ -46,7 +47,7 @@ def test_health_ok_but_completion_failing_fails_the_switch_and_rolls_back(pair):
     env = pair(b_args=["--fail-completions"])
     r = env.cli("switch", "b", "--json")
     assert r.returncode == 7, (r.stdout, r.stderr)
-    res = __import__("json").loads(r.stdout)
+    res = json.loads(r.stdout)
     assert res["outcome"] == "rolled_back" and res["failed_phase"] == "warmup", res
     assert env.active_state("gs-a.service") == "active" and env.active_state("gs-b.service") != "active"
 
@@ -55,7 +56,7 @@ def test_unit_that_exits_at_start_leaves_its_last_log_lines_in_the_failed_row(pa
     env = pair(b_args=["--exit-at-once"])
     r = env.cli("switch", "b", "--json")
     assert r.returncode == 7
-    row_id = __import__("json").loads(r.stdout)["ledger_id"]
+    row_id = json.loads(r.stdout)["ledger_id"]
     ev = env.ledger_row(row_id)["extra"]["evidence"]
     assert ev["unit"] == "gs-b.service" and ev["log"]["source"] == "journal", ev
     assert any("exiting at once" in line for line in ev["log"]["lines"]), ev["log"]
