@@ -100,6 +100,8 @@ class BackendConfig:
     pinned_version: str | None = None
     on_crash: str = "restart"  # the backend exited by itself or wedged: relaunch it ("stay": leave it)
     unhealthy_after_s: float = 120.0  # health failing this long while the unit is active: wedged
+    defer_while_busy_s: float = 0.0  # a boundary away from it waits this long for an idle moment (0: off)
+    idle_s: float = 5.0  # an idle moment: no request in flight for this long
     warmup: WarmupConfig | None = None  # a first completion after ready; None: none (generic default)
 
 
@@ -397,6 +399,8 @@ class _Reader:
             on_crash=self.string(d, where, "on_crash", "restart", ("restart", "stay")),
             unhealthy_after_s=self.number(d, where, "unhealthy_after_s", 120.0, minimum=5),
             warmup=self.warmup(d, where, kind),
+            defer_while_busy_s=self.number(d, where, "defer_while_busy_s", 0.0, maximum=86400),
+            idle_s=self.number(d, where, "idle_s", 5.0, minimum=0.5, maximum=3600),
         )
 
     def warmup(self, d: Mapping[str, Any], where: str, kind: BackendKind) -> WarmupConfig | None:
