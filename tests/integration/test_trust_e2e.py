@@ -109,7 +109,13 @@ def deferring(sandbox, tmp_path):
             daemon_lines=["sample_interval_s = 0.5"],
             reconcile_interval_s=1,
         ).up()
-        env.wait_for(lambda: env.active_state("gs-b.service") == "active", 30, "the schedule to bring up b")
+        env.wait_for(
+            lambda: (
+                env.active_state("gs-b.service") == "active" and env.status()["daemon"]["state"] == "idle"
+            ),
+            30,
+            "the schedule to bring up b",
+        )
         env.cli("switch", "a", "--reason", "a person keeps a until the next boundary", check=True)
         return env
 
@@ -119,7 +125,7 @@ def deferring(sandbox, tmp_path):
 def test_boundary_with_a_busy_backend_is_deferred_then_taken_when_idle(deferring):
     env = deferring(limit_s=60)
     requests = busy(env, "a", seconds=6)
-    env.wait_for(lambda: (env.status()["backends"]["a"].get("in_flight") or {}).get("value"), 10, "a busy")
+    env.wait_for(lambda: (env.status()["backends"]["a"].get("in_flight") or {}).get("requests"), 10, "a busy")
     env.cli("resume", check=True)  # the schedule wants b now: the boundary meets a busy a
     env.wait_for(lambda: env.status().get("deferred"), 10, "status to say the switch is deferred")
     st = env.status()
@@ -138,7 +144,7 @@ def test_boundary_with_a_busy_backend_is_deferred_then_taken_when_idle(deferring
 def test_deferral_ends_at_its_limit_while_still_busy(deferring):
     env = deferring(limit_s=4)
     busy(env, "a", seconds=60)
-    env.wait_for(lambda: (env.status()["backends"]["a"].get("in_flight") or {}).get("value"), 10, "a busy")
+    env.wait_for(lambda: (env.status()["backends"]["a"].get("in_flight") or {}).get("requests"), 10, "a busy")
     env.cli("resume", check=True)
     env.wait_for(lambda: env.active_state("gs-b.service") == "active", 40, "the switch at the limit")
     row = next(
@@ -150,7 +156,7 @@ def test_deferral_ends_at_its_limit_while_still_busy(deferring):
 def test_manual_switch_is_not_deferred(deferring):
     env = deferring(limit_s=60)
     busy(env, "a", seconds=60)
-    env.wait_for(lambda: (env.status()["backends"]["a"].get("in_flight") or {}).get("value"), 10, "a busy")
+    env.wait_for(lambda: (env.status()["backends"]["a"].get("in_flight") or {}).get("requests"), 10, "a busy")
     r = env.cli("switch", "b", "--now", "--json", check=True)
     assert (
         json.loads(r.stdout)["ok"]
