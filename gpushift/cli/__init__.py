@@ -266,6 +266,9 @@ def render_status(s: dict[str, Any]) -> str:
         blocked = s.get("blocked") or sched.get("blocked")
         if blocked:
             lines.append(f"blocked:  {blocked}")
+        deferred = s.get("deferred")
+        if deferred:
+            lines.append(f"deferred: {deferred.get('why')}")
         lines.append(
             f"last:     #{last.get('id')} {last.get('from') or 'off'} -> {last.get('to')} "
             f"{last.get('outcome')} at {last.get('finished_at') or last.get('started_at')} "
