@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 import structlog
 
+from . import redact
 from .adapters import journal
 
 _LEVELS = {
@@ -81,6 +82,7 @@ def setup(level: str = "info", stream: TextIO | None = None, journal_socket: str
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.format_exc_info,
+        redact_event,
     ]
     if journal_socket is not None:
         out = JournalLogger(journal.JournalSocket(journal_socket), stream)
@@ -105,7 +107,41 @@ def setup(level: str = "info", stream: TextIO | None = None, journal_socket: str
         root.setLevel(logging.WARNING)
     else:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+    for each in root.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in each.filters):
+            each.addFilter(RedactingFilter())
     return structlog.get_logger("gpushift")
+
+
+# ---------------------------------------------------------------- credentials never logged
+
+
+def redact_event(_logger: Any, _method: str, event_dict: Any) -> Any:
+    """structlog processor: every credential in a line masked (gpushift/redact.py) — a backend's
+    ``--api-key`` in an argv, ``HF_TOKEN=`` in an environment, a URL's password, a ``Bearer`` token,
+    in any value or traceback.  A value that is not JSON-like is made its ``str()`` first (what
+    both renderers would print), so nothing escapes through an object's text."""
+    plain = (str, int, float, bool, type(None), dict, list, tuple)
+    return redact.redact_tree({k: v if isinstance(v, plain) else _text(v) for k, v in event_dict.items()})
+
+
+def _text(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception as e:  # noqa: BLE001 - a __str__ that raises must not cost the line
+        return f"<unrenderable {type(value).__name__}: {type(e).__name__}>"
+
+
+class RedactingFilter(logging.Filter):
+    """The same for the standard library's loggers: the message and its traceback, masked."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact.redact_text(record.getMessage())
+        record.args = None
+        if record.exc_info:
+            record.exc_text = redact.redact_text(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        return True
 
 
 # ---------------------------------------------------------------- the journal's fields

@@ -15,8 +15,9 @@ from typing import Any
 
 import click
 
-from .. import __version__
+from .. import __version__, redact, terminal
 from ..errors import DaemonUnavailable, GpushiftError
+from .output import Paint, painter, say, say_json
 
 _LAZY = {
     "ledger": (
@@ -74,7 +75,7 @@ class _LazyGroup(click.Group):
 
 
 def _fail(e: GpushiftError) -> None:
-    click.echo(f"gpushift: {e}", err=True)
+    say(f"gpushift: {e}", err=True)
     sys.exit(e.code)
 
 
@@ -171,7 +172,7 @@ def _ago(age_s: Any) -> str:
     return "" if age_s is None else f"  ({age_s:.1f}s ago)"
 
 
-def _health_text(h: dict[str, Any] | None, in_flight: dict[str, Any] | None) -> str:
+def _health_text(h: dict[str, Any] | None, in_flight: dict[str, Any] | None, paint: Paint) -> str:
     """``health 200 (0.4s ago)``, ``health FAILING for 12.0s: 503 ...``, ``health unknown: ...``."""
     if h is None:
         return ""
@@ -183,15 +184,19 @@ def _health_text(h: dict[str, Any] | None, in_flight: dict[str, Any] | None) -> 
     else:
         failing = f" for {h['failing_for_s']:.1f}s" if h.get("failing_for_s") else ""
         what = f"{h['status']} {h.get('detail') or ''}" if h.get("status") else h.get("detail")
-        text = f"health FAILING{failing}: {what}".rstrip()
+        text = f"health {paint('FAILING')}{failing}: {what}".rstrip()
     text += _ago(h.get("age_s"))
     requests = (in_flight or {}).get("requests")
     return text + (f", {requests} request(s) in flight" if requests is not None else "")
 
 
-def render_status(s: dict[str, Any]) -> str:
+def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
+    """``gpushift status`` for a person; ``paint`` colours outcome and state words (None: plain).
+    Every value from outside is escaped (gpushift.terminal) before it is laid out."""
     from ..policy import fmt_mib
 
+    s = terminal.escape_tree(s)
+    paint = paint or str
     lines = []
     d = s.get("daemon") or {}
     sim = s.get("simulated")
@@ -209,7 +214,7 @@ def render_status(s: dict[str, Any]) -> str:
             lines.append(f"reload:   REJECTED, old config in force: {d['reload_error']}")
     else:
         lines.append(
-            f"daemon:   DOWN ({d.get('error', 'not running')}); showing what the CLI can read itself"
+            f"daemon:   {paint('DOWN')} ({d.get('error', 'not running')}); showing what the CLI can read itself"
         )
     for key, label in (("mode", "mode"),):
         if s.get(key):
@@ -241,7 +246,7 @@ def render_status(s: dict[str, Any]) -> str:
         pid = f"pid {b['main_pid']}" if b.get("main_pid") else ""
         lines.append(
             f"  {name:<10} {b.get('unit'):<28} {b.get('active_state')}/{b.get('sub_state'):<10} {pid:<10} "
-            + _health_text(b.get("health"), b.get("in_flight"))
+            + _health_text(b.get("health"), b.get("in_flight"), paint)
         )
     lines.append("GPUs (SIMULATED — no real GPU is measured):" if sim else "GPUs:")
     for g in s.get("gpus") or []:
@@ -271,7 +276,7 @@ def render_status(s: dict[str, Any]) -> str:
             lines.append(f"deferred: {deferred.get('why')}")
         lines.append(
             f"last:     #{last.get('id')} {last.get('from') or 'off'} -> {last.get('to')} "
-            f"{last.get('outcome')} at {last.get('finished_at') or last.get('started_at')} "
+            f"{paint(str(last.get('outcome')))} at {last.get('finished_at') or last.get('started_at')} "
             f"({last.get('trigger')} by {last.get('requested_by')})"
             + (f": {last['message']}" if last.get("message") and last.get("outcome") != "ok" else "")
         )
@@ -317,7 +322,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
     except GpushiftError as e:
         _fail(e)
         return
-    click.echo(json.dumps(s, indent=2, default=str) if as_json else render_status(s))
+    s = redact.redact_tree(s)  # also what an older daemon, or the CLI's own read, did not redact
+    if as_json:
+        say_json(json.dumps(s, indent=2, default=str))
+    else:
+        say(render_status(s, painter()))
     if not (s.get("daemon") or {}).get("running"):
         sys.exit(DaemonUnavailable.code)
 
@@ -379,46 +388,51 @@ def switch(
     if until:
         options["until"] = until
     t0 = time.monotonic()
-    out = sys.stderr if as_json else sys.stdout
 
     def progress(phase: str, detail: str) -> None:
-        click.echo(f"[{time.monotonic() - t0:6.1f}s] {phase:<9} {detail}", file=out)
-        out.flush()
+        # progress goes to stderr with --json; the phase and detail come from the daemon
+        say(
+            f"[{time.monotonic() - t0:6.1f}s] {terminal.escape(phase):<9} {terminal.escape(detail)}",
+            err=as_json,
+        )
 
     try:
         cfg = _config(ctx)
         result = Client(cfg.daemon.bus).switch(backend, options, on_progress=progress, wait=not no_wait)
     except GpushiftError as e:
         if as_json:
-            click.echo(json.dumps({"ok": False, "error": e.dbus_name(), "message": str(e)}))
+            say_json(json.dumps({"ok": False, "error": e.dbus_name(), "message": redact.redact_text(str(e))}))
         _fail(e)
         return
     if no_wait:
         if result.get("ticket") == "when-idle":
-            click.echo(
-                json.dumps(result)
-                if as_json
-                else f"queued: switching to {backend} once the serving backend is idle"
-            )
+            if as_json:
+                say_json(json.dumps(result))
+            else:
+                say(f"queued: switching to {terminal.escape(backend)} once the serving backend is idle")
+        elif as_json:
+            say_json(json.dumps(result))
         else:
-            click.echo(json.dumps(result) if as_json else f"queued: ticket {result['ticket']}")
+            say(f"queued: ticket {terminal.escape(result['ticket'])}")
         return
+    result = redact.redact_tree(result)
     if as_json:
-        click.echo(json.dumps(result, indent=2, default=str))
+        say_json(json.dumps(result, indent=2, default=str))
     elapsed = time.monotonic() - t0
     if result.get("ok"):
         if not as_json:
             if result.get("already"):
-                click.echo(result.get("message", "already active"))
+                say(terminal.escape(result.get("message", "already active")))
             else:
                 led = f"ledger #{result['ledger_id']}, " if result.get("ledger_id") else ""
-                click.echo(f"ok: {result.get('message')} ({led}{elapsed:.1f}s)")
+                say(f"ok: {terminal.escape(result.get('message'))} ({led}{elapsed:.1f}s)")
         return
     from ..errors import by_dbus_name
 
     cls = by_dbus_name().get(result.get("error") or "", GpushiftError)
     if not as_json:
-        click.echo(f"gpushift: switch {result.get('outcome')}: {result.get('message')}", err=True)
+        shown = terminal.escape_tree(result)
+        say(f"gpushift: switch {shown.get('outcome')}: {shown.get('message')}", err=True)
     sys.exit(cls.code if cls.code != 1 else 7)
 
 
@@ -433,7 +447,7 @@ def cancel(ctx: click.Context) -> None:
     except GpushiftError as e:
         _fail(e)
         return
-    click.echo(f"cancelling switch {ticket}")
+    say(f"cancelling switch {terminal.escape(ticket)}")
 
 
 @main.command()
@@ -443,7 +457,7 @@ def resume(ctx: click.Context) -> None:
     from ..adapters.client import Client
 
     try:
-        click.echo(Client(_config(ctx).daemon.bus).resume())
+        say(Client(_config(ctx).daemon.bus).resume())
     except GpushiftError as e:
         _fail(e)
 
@@ -458,6 +472,6 @@ def reload(ctx: click.Context) -> None:
     from ..adapters.client import Client
 
     try:
-        click.echo(Client(_bus_kind(ctx)).reload())
+        say(Client(_bus_kind(ctx)).reload())
     except GpushiftError as e:
         _fail(e)

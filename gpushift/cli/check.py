@@ -13,6 +13,9 @@ from typing import Any
 
 import click
 
+from .. import redact, terminal
+from .output import say, say_json
+
 
 def _collect(config_path: str | None) -> dict[str, Any]:
     from .. import config as config_mod
@@ -139,8 +142,12 @@ def check(ctx: click.Context, as_json: bool) -> None:
     errors, an unpinned version, port clashes, unit settings that let processes outlive a stop.
     Exit status 0 when there is no error, 1 otherwise (2: the config itself is invalid).
     """
-    report = _collect(ctx.obj.get("config_path") if ctx.obj else None)
-    click.echo(json.dumps(report, indent=2, default=str) if as_json else _render(report))
+    # The units' ExecStart= and the findings quote command lines: credentials masked in both outputs.
+    report = redact.redact_tree(_collect(ctx.obj.get("config_path") if ctx.obj else None))
+    if as_json:
+        say_json(json.dumps(report, indent=2, default=str))
+    else:
+        say(_render(terminal.escape_tree(report)))
     if not report["config"].get("ok"):
         sys.exit(2)
     if not report["ok"]:

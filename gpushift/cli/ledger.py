@@ -26,6 +26,7 @@ import click
 
 from ..errors import GpushiftError, LedgerError
 from ..model import Outcome
+from .output import painter, say, say_json
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -41,7 +42,7 @@ class _LedgerGroup(click.Group):
         try:
             return super().invoke(ctx)
         except GpushiftError as e:
-            click.echo(f"gpushift ledger: {e}", err=True)
+            say(f"gpushift ledger: {e}", err=True)
             ctx.exit(e.code)
 
 
@@ -120,15 +121,15 @@ def ledger(
     rows = led.list(limit=limit, backend=backend, since=since_dt, outcome=outcome)
     pending_ids = {r.id for r in led.pending_records()}
     if as_json:
-        click.echo(_json(reports.list_items(rows, pending_ids)))
+        say_json(_json(reports.list_items(rows, pending_ids)))
         return
     note = reports.degraded_note(led)
     if note:
-        click.echo(note, err=True)
+        say(note, err=True)
     if not rows:
-        click.echo("no switches recorded" + (" that match" if backend or since or outcome else " yet"))
+        say("no switches recorded" + (" that match" if backend or since or outcome else " yet"))
         return
-    click.echo(reports.format_list(rows, pending_ids))
+    say(reports.format_list(rows, pending_ids, painter()))
 
 
 @ledger.command("show")
@@ -143,7 +144,10 @@ def show(ctx: click.Context, row_id: int, as_json: bool) -> None:
     rec = led.get(row_id)
     if rec is None:
         raise LedgerError(f"no switch with id {row_id} in the ledger")
-    click.echo(_json(rec.to_dict()) if as_json else reports.format_record(rec))
+    if as_json:
+        say_json(_json(rec.to_dict()))
+    else:
+        say(reports.format_record(rec, painter()))
 
 
 @ledger.command("diff")
@@ -167,12 +171,12 @@ def diff(ctx: click.Context, ids: tuple[int, ...], as_json: bool) -> None:
     else:
         result = items = ledger_diff.diff_latest(led, list(config.backends))
     if as_json:
-        click.echo(_json(result))
+        say_json(_json(result))
         return
     if not items:
-        click.echo("no launches recorded yet")
+        say("no launches recorded yet")
     for item in items:
-        click.echo(ledger_diff.format_diff_item(item))
+        say(ledger_diff.format_diff_item(item))
 
 
 @ledger.command("export")
@@ -187,9 +191,11 @@ def export(ctx: click.Context, fmt: str) -> None:
 
     config, led = _open(ctx)
     if fmt == "jsonl":
-        sys.stdout.writelines(reports.export_jsonl(led))
+        from .. import terminal
+
+        sys.stdout.writelines(terminal.json_safe(line) for line in reports.export_jsonl(led))
         return
-    click.echo(reports.export_markdown(led, config), nl=False)
+    say(reports.export_markdown(led, config), nl=False)
 
 
 @ledger.command("verify")
@@ -201,9 +207,9 @@ def verify(ctx: click.Context, as_json: bool) -> None:
     _config, led = _open(ctx, check=False)  # verify names a bad database itself
     res = led.verify()
     if as_json:
-        click.echo(json.dumps(res.to_dict(), indent=2))
+        say_json(json.dumps(res.to_dict(), indent=2))
     elif res.ok:
-        click.echo(res.describe())
+        say(res.describe())
     if not res.ok:
         raise LedgerError(res.describe())
 

@@ -19,6 +19,8 @@ from gpushift import config as config_mod
 from gpushift.errors import ConfigError, GpushiftError
 from gpushift.schedule import DEFAULT_SCHEDULE_PATH, Fire, Schedule, Span, load_schedule
 
+from .output import say, say_json
+
 UTC = timezone.utc
 
 
@@ -28,7 +30,7 @@ def _config_path(ctx: click.Context) -> str | None:
 
 
 def _fail(e: GpushiftError) -> NoReturn:
-    click.echo(f"gpushift: {e}", err=True)
+    say(f"gpushift: {e}", err=True)
     raise click.exceptions.Exit(e.code)
 
 
@@ -97,7 +99,7 @@ def _fire_note(f: Fire, changes: bool) -> str:
 def _table(rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        click.echo("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+        say("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
 
 
 def _echo_spans(sched: Schedule, at: datetime) -> None:
@@ -107,9 +109,9 @@ def _echo_spans(sched: Schedule, at: datetime) -> None:
     gone = f" ({passed} passed, ignored)" if passed else ""
     if not shown:
         if passed:
-            click.echo(f"Calendar exceptions: none to come{gone}.")
+            say(f"Calendar exceptions: none to come{gone}.")
         return
-    click.echo(f"Calendar exceptions{gone}:")
+    say(f"Calendar exceptions{gone}:")
     rows = [("LINE", "NAME", "BACKEND", "FROM", "UNTIL", "FROM (UTC)", "UNTIL (UTC)", "")]
     for s in shown:
         rows.append(
@@ -182,23 +184,23 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
             "exceptions": [_span_json(s, sched, at) for s in sched.spans],
             "next": [{**_fire_json(f, sched), "changes": c} for f, c in zip(fires, changes, strict=True)],
         }
-        click.echo(json.dumps(doc, indent=2))
+        say_json(json.dumps(doc, indent=2))
         return
 
-    click.echo(f"Schedule {sched.path} (time zone {sched.tz}, {_zone_source(sched)})")
+    say(f"Schedule {sched.path} (time zone {sched.tz}, {_zone_source(sched)})")
     if not sched.entries and not sched.spans:
-        click.echo("The schedule has no entries: it never switches.")
+        say("The schedule has no entries: it never switches.")
         return
     if current:
         exc = ""
         if current.span is not None and not current.ends:
             exc = f", calendar exception {current.span.label} until {_local(current.span.end, sched)}"
-        click.echo(
+        say(
             f"In effect at {_local(at, sched)}: {current.target}, since {_local(current.at, sched)} "
             f"(line {current.entry.line}: {current.entry.fields}){exc}"
         )
     _echo_spans(sched, at)
-    click.echo(f"Next {len(fires)} times the schedule fires:")
+    say(f"Next {len(fires)} times the schedule fires:")
     rows = [("LOCAL", "UTC", "BACKEND", "LINE", "ENTRY", "")]
     for f, c in zip(fires, changes, strict=True):
         rows.append(
@@ -235,7 +237,7 @@ def check(ctx: click.Context, file: str | None) -> None:
 
     n, k = len(sched.entries), len(sched.spans)
     spans = f"{k} calendar exception{'' if k == 1 else 's'}, " if k else ""
-    click.echo(
+    say(
         f"{file}: OK: {n} entr{'y' if n == 1 else 'ies'}, {spans}time zone {sched.tz} ({_zone_source(sched)})"
     )
     lines = [(e.line, f"{e.fields} -> {e.target}") for e in sched.entries]
@@ -244,14 +246,14 @@ def check(ctx: click.Context, file: str | None) -> None:
         when = f"{_local(s.start, sched)} .. {_local(s.end, sched)}"
         lines.append((s.line, f"except {s.written} -> {s.target}{name}: {when}"))
     for lineno, text in sorted(lines):
-        click.echo(f"  line {lineno}: {text}")
+        say(f"  line {lineno}: {text}")
     if cfg is not None:
-        click.echo(f"backend names checked against {cfg.path}")
+        say(f"backend names checked against {cfg.path}")
     else:
-        click.echo(f"note: backend names were NOT checked: {cfg_error}", err=True)
+        say(f"note: backend names were NOT checked: {cfg_error}", err=True)
     now = datetime.now(UTC)
     for s in sched.passed(now):
-        click.echo(
+        say(
             f"note: line {s.line}: calendar exception {s.label} has passed (it ended "
             f"{_local(s.end, sched)}); it is ignored, the line can go",
             err=True,
@@ -260,6 +262,6 @@ def check(ctx: click.Context, file: str | None) -> None:
     nxt = sched.next_change(now)
     if current:
         exc = f", calendar exception {current.exception}" if current.exception else ""
-        click.echo(f"in effect now: {current.target} (line {current.entry.line}{exc})")
+        say(f"in effect now: {current.target} (line {current.entry.line}{exc})")
     if nxt:
-        click.echo(f"next switch: {nxt.target} at {_local(nxt.at, sched)} ({_utc(nxt.at)})")
+        say(f"next switch: {nxt.target} at {_local(nxt.at, sched)} ({_utc(nxt.at)})")

@@ -20,7 +20,7 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import __version__, wiring
+from .. import __version__, redact, wiring
 from .. import config as config_mod
 from ..adapters.dbus_names import BUS_NAME
 from ..errors import ConfigError, GpushiftError, UnknownBackend
@@ -118,7 +118,8 @@ class Daemon:
     # ------------------------------------------------------------ Backend protocol (D-Bus calls)
 
     def status(self) -> dict[str, Any]:
-        """On the loop thread: from the sampler's latest sample and memory only, no I/O."""
+        """On the loop thread: from the sampler's latest sample and memory only, no I/O.  Credentials
+        (a holder's ``--api-key``, a URL's password, a row's ``HF_TOKEN``) are masked."""
         cur = self.switcher.current()
         now = self.components.ports.clock.monotonic()
         daemon = {
@@ -136,7 +137,8 @@ class Daemon:
         c = self.components
         out = wiring.compose_status(self.config, self.sampler.snapshot(), now, daemon, c.ledger_view())
         out.update(self.keeper.status())
-        return out
+        masked: dict[str, Any] = redact.redact_tree(out)
+        return masked
 
     def status_json(self) -> str:
         return json.dumps(self.status(), default=str)
@@ -218,9 +220,10 @@ class Daemon:
             if svc is None:
                 return False
             if ev.result is None:
-                svc.Progress(ev.ticket, ev.phase.value, ev.detail)
+                svc.Progress(ev.ticket, ev.phase.value, redact.redact_text(ev.detail))
             else:
-                svc.Finished(ev.ticket, ev.ok, json.dumps(ev.result.to_dict(), default=str))
+                result = redact.redact_tree(ev.result.to_dict())
+                svc.Finished(ev.ticket, ev.ok, json.dumps(result, default=str))
                 if not ev.ok and ev.ticket in self._manual_tickets:
                     self.keeper.manual_failed(ev.result.to_backend)
                 self._manual_tickets.discard(ev.ticket)
@@ -230,7 +233,7 @@ class Daemon:
 
         GLib.idle_add(emit)
         if ev.kind is EventKind.PROGRESS:
-            self.notify.status(f"switching: {ev.phase} {ev.detail}"[:200])
+            self.notify.status(redact.redact_text(f"switching: {ev.phase} {ev.detail}")[:200])
 
     def _start_sampler(self) -> None:
         """The sampler's first sample is taken before the bus name is: status has a picture at once."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import cmdline
+from .. import cmdline, terminal
 from ..errors import LedgerError
 from ..model import SwitchRecord
 from ..redact import redact_argv
@@ -92,7 +92,8 @@ def diff_records(old: SwitchRecord, new: SwitchRecord) -> list[dict[str, Any]]:
     def add(area: str, change: str, name: str, o: Any, n: Any) -> None:
         out.append({"area": area, "change": change, "name": name, "old": o, "new": n})
 
-    ca, cb = cmdline.parse(redact_argv(a["argv"])), cmdline.parse(redact_argv(b["argv"]))
+    # Digests, not masks: a changed --api-key shows as changed (its value never does).
+    ca, cb = cmdline.parse(redact_argv(a["argv"], "digest")), cmdline.parse(redact_argv(b["argv"], "digest"))
     pa, posa, fa = ca.program, list(ca.positional), ca.flags()
     pb, posb, fb = cb.program, list(cb.positional), cb.flags()
     if pa != pb:
@@ -245,7 +246,8 @@ def diff_item(backend: str, old: SwitchRecord | None, new: SwitchRecord) -> dict
 
 
 def format_diff_item(item: Mapping[str, Any]) -> str:
-    """One comparison as text: a head line, then one line per change."""
+    """One comparison as text: a head line, then one line per change (every value escaped)."""
+    item = terminal.escape_tree(item)
     sim = " SIMULATED" if item["simulated"] else ""
     if item["from_id"] is None:
         return f"{item['backend']}: only one launch recorded (#{item['to_id']})"

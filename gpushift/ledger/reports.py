@@ -7,14 +7,14 @@ The comparison of two launches lives in ``diff.py``; its public names are re-exp
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..model import Outcome, SwitchRecord
 from .diff import describe_change, diff_records, is_launch, launch_argv, launch_facts, launch_info, sub
 from .reader import LedgerReader
-from .text import command_line, duration, local_time, md, one_line, short, size, stamp, table
+from .text import command_line, duration, for_terminal, local_time, md, one_line, short, size, stamp, table
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -45,10 +45,13 @@ def list_items(rows: Iterable[SwitchRecord], pending_ids: set[int | None]) -> li
     return items
 
 
-def format_list(rows: list[SwitchRecord], pending_ids: set[int | None]) -> str:
-    """``gpushift ledger``: one line per switch, newest first; ``*`` marks a record still spooled."""
+def format_list(
+    rows: list[SwitchRecord], pending_ids: set[int | None], paint: Callable[[str], str] | None = None
+) -> str:
+    """``gpushift ledger``: one line per switch, newest first; ``*`` marks a record still spooled.
+    ``paint`` colours the outcome column (None: plain)."""
     cells = []
-    for r in rows:
+    for r in map(for_terminal, rows):
         rid = f"{r.id}*" if r.id in pending_ids else str(r.id)
         cells.append(
             [
@@ -65,7 +68,8 @@ def format_list(rows: list[SwitchRecord], pending_ids: set[int | None]) -> str:
                 one_line(r.reason, 60) or "-",
             ]
         )
-    out = table(["ID", "STARTED", "SWITCH", "OUTCOME", "TOOK", "TRIGGER", "BY", "VERSION", "REASON"], cells)
+    headers = ["ID", "STARTED", "SWITCH", "OUTCOME", "TOOK", "TRIGGER", "BY", "VERSION", "REASON"]
+    out = table(headers, cells, {3: paint} if paint else None)
     if pending_ids & {r.id for r in rows}:
         out += "\n* not yet in the database (pending in the spool)"
     return out
@@ -85,16 +89,18 @@ def degraded_note(led: LedgerReader) -> str | None:
 # --------------------------------------------------------------------------- show
 
 
-def format_record(rec: SwitchRecord) -> str:
-    """``ledger show``: every field of one record, grouped, for a person."""
+def format_record(rec: SwitchRecord, paint: Callable[[str], str] | None = None) -> str:
+    """``ledger show``: every field of one record, grouped, for a person (``paint`` colours the
+    outcome)."""
     lines: list[str] = []
+    rec = for_terminal(rec)
 
     def kv(key: str, value: Any) -> None:
         lines.append(f"  {key:<20} {value if value not in (None, '') else '-'}")
 
     sim = " SIMULATED" if rec.gpu_facts.get("simulated") else ""
     lines.append(f"Switch {rec.id}" + (f"  (ticket {rec.ticket})" if rec.ticket else ""))
-    kv("outcome", rec.outcome)
+    kv("outcome", paint(rec.outcome) if paint else rec.outcome)
     kv("from → to", f"{rec.from_backend or '-'} → {rec.to_backend}")
     kv("started", f"{local_time(rec.started_at, True)} local ({rec.started_at.isoformat()})")
     kv("finished", f"{local_time(rec.finished_at, True)} (took {duration(rec)})" if rec.finished_at else None)
@@ -236,7 +242,7 @@ def export_markdown(led: LedgerReader, config: Config | None = None, recent: int
     gpu_facts: dict[str, Any] = {}  # likewise for the GPUs
     recent_rows: list[SwitchRecord] = []
     total = 0
-    for rec in led.iter_all():  # oldest first, streamed: 100,000 rows are fine
+    for rec in map(for_terminal, led.iter_all()):  # oldest first, streamed: 100,000 rows are fine
         total += 1
         if sub(launch_info(rec), "host"):
             host = sub(launch_info(rec), "host")

@@ -3,6 +3,12 @@
 A row holds queryable columns beside the full record as JSON (``record``, the ``to_dict()`` form,
 which is what users see).  Timestamps in columns are sortable UTC text; every text column is valid
 UTF-8 whatever the record held.
+
+Credentials never reach a row: :func:`row_values` stores the record with every secret replaced by
+its digest (``--api-key``'s value, ``HF_TOKEN``'s, a URL's user and password: :mod:`gpushift.redact`),
+so ``ledger diff`` still shows that one changed.  Rows written before that keep their text (the
+hash chain covers it; rewriting it would break ``verify``); :func:`record_from_dict` applies the
+same redaction when a row is read, so no output shows them either.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from .. import redact
 from ..model import Outcome, SwitchRecord
 
 
@@ -63,7 +70,7 @@ def text(v: Any) -> str | None:
 
 def row_values(d: Mapping[str, Any], row_id: int, key: str, prev_hash: str) -> dict[str, Any]:
     """Every chained column of the row for record ``d`` (its ``to_dict()`` form); no ``hash`` yet."""
-    rec = dict(d)
+    rec = redact.redact_tree(dict(d), "digest")
     rec["id"] = row_id
     uid = rec.get("uid")
     if not isinstance(uid, int) or isinstance(uid, bool) or not -(2**63) <= uid < 2**63:
@@ -92,7 +99,9 @@ def row_values(d: Mapping[str, Any], row_id: int, key: str, prev_hash: str) -> d
 
 
 def record_from_dict(d: Mapping[str, Any], row_id: int | None = None) -> SwitchRecord:
-    """Rebuild a :class:`SwitchRecord` from its ``to_dict()`` form (the ``record`` column)."""
+    """Rebuild a :class:`SwitchRecord` from its ``to_dict()`` form (the ``record`` column), with
+    every credential in it replaced by its digest (a row written before rows were redacted)."""
+    d = redact.redact_tree(d, "digest")
 
     def strs(v: Any) -> list[str]:
         return [str(x) for x in v] if isinstance(v, (list, tuple)) else []

@@ -1,14 +1,26 @@
-"""How ledger values read for a person: times, durations, sizes, hashes, command lines, table cells."""
+"""How ledger values read for a person: times, durations, sizes, hashes, command lines, table cells.
+
+Every value in a record came from outside at some point (a reason typed by a caller, a version a
+backend printed, a holder's command line): :func:`for_terminal` escapes them all before a report lays
+them out (gpushift/terminal.py), so no terminal obeys what a row holds.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import cmdline
+from .. import cmdline, terminal
 from ..model import SwitchRecord
 from ..redact import redact_argv
+from .rows import record_from_dict
+
+
+def for_terminal(rec: SwitchRecord) -> SwitchRecord:
+    """``rec`` with every string in it escaped for a terminal (its credentials already digested by
+    the reader)."""
+    return record_from_dict(terminal.escape_tree(rec.to_dict()), rec.id)
 
 
 def local_time(dt: datetime | None, seconds: bool = False) -> str:
@@ -66,16 +78,30 @@ def one_line(s: Any, width: int = 0) -> str:
 
 
 def md(text: Any) -> str:
-    """Text safe inside a markdown table cell or list item."""
-    return one_line(text).replace("|", "\\|").replace("`", "'") or "-"
+    """Text safe inside a markdown table cell or list item (and on a terminal)."""
+    return terminal.escape(one_line(text)).replace("|", "\\|").replace("`", "'") or "-"
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """Columns padded to their widest cell; the last column (a reason, say) is not padded."""
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    paint: Mapping[int, Callable[[str], str]] | None = None,
+) -> str:
+    """Columns padded to their widest cell; the last column (a reason, say) is not padded.
+
+    ``paint`` colours the cells of some columns (by index) after they are padded, so colour codes
+    never count as width; the header row is left plain.
+    """
     cells = [list(r) for r in rows]
     widths = [len(h) for h in headers]
     for r in cells:
         for i, c in enumerate(r):
             widths[i] = max(widths[i], len(c))
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
-    return "\n".join(fmt.format(*r).rstrip() for r in [list(headers)] + cells)
+
+    def line(r: Sequence[str], painted: bool) -> str:
+        out = [c.ljust(w) for c, w in zip(r[:-1], widths[:-1], strict=True)] + [r[-1]]
+        if painted and paint:
+            out = [paint[i](c) if i in paint else c for i, c in enumerate(out)]
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(headers, False)] + [line(r, True) for r in cells])
