@@ -20,12 +20,14 @@ log line's fields); :func:`redact_text` to one free-text string.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-SECRET_NAME = re.compile(r"(?:^|[-_])(?:key|token|secret|passw(?:or)?d|credentials?)$", re.I)
+# ASCII case only (re.A): a program reads its variables and options byte for byte.
+SECRET_NAME = re.compile(r"(?:^|[-_])(?:key|token|secret|passw(?:or)?d|credentials?)$", re.I | re.A)
 
 MASK = "***"
 
@@ -36,7 +38,7 @@ _DIGEST = re.compile(r"sha256:[0-9a-f]{16} \(redacted\)")
 
 # Credentials in a URL: everything between "scheme://" and "@" (user and password alike: a token
 # often stands where the user name goes, https://ghp_xxx@github.com/).
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@]+@")
+_URL_USERINFO = re.compile(r"(?ia)\b([a-z][a-z0-9+.-]*://)[^/?#\s@]+@")
 # In free text: an option with its value (--api-key=x, --api-key x), a variable assignment
 # (HF_TOKEN=x), a JSON member ("api_key": "x"), an Authorization header value (Bearer x).  The
 # name patterns match the name and its separator only; the value after it is _VALUE.
@@ -46,11 +48,15 @@ _VALUE = re.compile(r"'[^']*'|\"[^\"]*\"|[^\s'\",;]+")
 _JSON_MEMBER = re.compile(
     r"""(["'])([A-Za-z0-9_.-]+)\1(\s*:\s*)(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\[[^\]]*\])"""
 )
-_AUTH = re.compile(r"(?i)\b(bearer|basic)([ \t]+)[A-Za-z0-9._~+/=-]{6,}")
+_AUTH = re.compile(r"(?ia)\b(bearer|basic)([ \t]+)[A-Za-z0-9._~+/=-]{6,}")
+# What any credential the rules below hide has in its lower-cased text: a secret-looking name, a
+# URL's "@", an Authorization scheme.  (A superset: "monkey" has one too; it only costs the walk.)
+_SECRET_WORDS = ("key", "token", "secret", "passw", "credential", "bearer", "basic", "@")
 # A cheap test that a string may hold any of the above.
-_MAYBE = re.compile(r"[=@:]|--?[A-Za-z]|(?i:bearer|basic)")
+_MAYBE = re.compile(r"""[=@]|(?:^|\s)--?[A-Za-z]|["']\s*:|(?i:bearer|basic)""")
 
 
+@functools.lru_cache(maxsize=4096)  # the same few keys, again and again, in every record
 def is_secret_name(name: str) -> bool:
     """True for an option or variable name that carries a credential."""
     return SECRET_NAME.search(name.lstrip("-")) is not None
@@ -61,6 +67,13 @@ def digest(value: str) -> str:
     return (
         "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:16] + " (redacted)"
     )
+
+
+def may_hold_secret(text: str) -> bool:
+    """False when ``text`` (a whole record as JSON, say) certainly holds nothing that
+    :func:`redact_tree` or :func:`redact_text` would hide: callers may skip the walk."""
+    low = text.lower()
+    return any(w in low for w in _SECRET_WORDS)
 
 
 def is_hidden(value: str) -> bool:
@@ -159,7 +172,7 @@ def redact_tree(value: Any, how: How = "mask") -> Any:
     """
     if isinstance(value, str):
         return redact_text(value)
-    if isinstance(value, Mapping):
+    if isinstance(value, (dict, Mapping)):
         named = value.get("name")
         secret_sibling = isinstance(named, str) and is_secret_name(named)
         out: dict[Any, Any] = {}

@@ -59,11 +59,21 @@ def escape_tree(value: Any) -> Any:
     """Every string in a JSON-like value (keys too) escaped; other values as they are."""
     if isinstance(value, str):
         return escape(value)
-    if isinstance(value, Mapping):
+    if isinstance(value, (dict, Mapping)):
         return {escape(k) if isinstance(k, str) else k: escape_tree(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [escape_tree(v) for v in value]
     return value
+
+
+# In JSON text: an escaped control character (json.dumps writes C0 as \n, \u001b...) or one left raw.
+_JSON_ANY_UNSAFE = re.compile(f"\\\\[bfnrtu]|[\x7f-\x9f{_FORMAT}\ud800-\udfff]")
+
+
+def needs_escape(json_text: str) -> bool:
+    """False when JSON text (``json.dumps(..., ensure_ascii=False)``) holds no string that
+    :func:`escape` would change: callers may skip :func:`escape_tree`."""
+    return _JSON_ANY_UNSAFE.search(json_text) is not None
 
 
 def _json_escape(m: re.Match[str]) -> str:

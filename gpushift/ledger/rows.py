@@ -70,7 +70,7 @@ def text(v: Any) -> str | None:
 
 def row_values(d: Mapping[str, Any], row_id: int, key: str, prev_hash: str) -> dict[str, Any]:
     """Every chained column of the row for record ``d`` (its ``to_dict()`` form); no ``hash`` yet."""
-    rec = redact.redact_tree(dict(d), "digest")
+    rec = redacted(d)
     rec["id"] = row_id
     uid = rec.get("uid")
     if not isinstance(uid, int) or isinstance(uid, bool) or not -(2**63) <= uid < 2**63:
@@ -98,10 +98,23 @@ def row_values(d: Mapping[str, Any], row_id: int, key: str, prev_hash: str) -> d
     }
 
 
+def redacted(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Record ``d`` with every credential replaced by its digest (unchanged, and not walked, when its
+    JSON text holds nothing that could be one: most records)."""
+    if not redact.may_hold_secret(json.dumps(d, ensure_ascii=False, default=str)):
+        return dict(d)
+    out: dict[str, Any] = redact.redact_tree(d, "digest")
+    return out
+
+
 def record_from_dict(d: Mapping[str, Any], row_id: int | None = None) -> SwitchRecord:
     """Rebuild a :class:`SwitchRecord` from its ``to_dict()`` form (the ``record`` column), with
     every credential in it replaced by its digest (a row written before rows were redacted)."""
-    d = redact.redact_tree(d, "digest")
+    return rebuild(redacted(d), row_id)
+
+
+def rebuild(d: Mapping[str, Any], row_id: int | None = None) -> SwitchRecord:
+    """A :class:`SwitchRecord` from a ``to_dict()`` form as it is (see :func:`record_from_dict`)."""
 
     def strs(v: Any) -> list[str]:
         return [str(x) for x in v] if isinstance(v, (list, tuple)) else []

@@ -22,9 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import redact
 from .files import DIR_MODE, fsync_dir, write_file_atomic
-from .rows import now_iso, record_json
+from .rows import now_iso, record_json, redacted
 
 #: Subdirectory of the runtime directory holding one JSON file per pending record.
 SPOOL_SUBDIR = "ledger-pending"
@@ -155,7 +154,7 @@ class Spool:
             "provisional_id": provisional_id,
             "queued_at": now_iso(),
             "error": f"{type(error).__name__}: {error}" if error is not None else (prev or {}).get("error"),
-            "record": redact.redact_tree(dict(d), "digest"),  # never a credential in /run or the log
+            "record": redacted(d),  # never a credential in /run or the log
         }
         data = record_json(entry).encode("utf-8")
         if op != CHAIN_BREAK_OP and not self._fits(key, len(data)):

@@ -7,6 +7,7 @@ them out (gpushift/terminal.py), so no terminal obeys what a row holds.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -14,13 +15,16 @@ from typing import Any
 from .. import cmdline, terminal
 from ..model import SwitchRecord
 from ..redact import redact_argv
-from .rows import record_from_dict
+from .rows import rebuild
 
 
 def for_terminal(rec: SwitchRecord) -> SwitchRecord:
     """``rec`` with every string in it escaped for a terminal (its credentials already digested by
     the reader)."""
-    return record_from_dict(terminal.escape_tree(rec.to_dict()), rec.id)
+    d = rec.to_dict()
+    if not terminal.needs_escape(json.dumps(d, ensure_ascii=False, default=str)):
+        return rec
+    return rebuild(terminal.escape_tree(d), rec.id)
 
 
 def local_time(dt: datetime | None, seconds: bool = False) -> str:

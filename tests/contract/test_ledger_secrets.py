@@ -78,14 +78,6 @@ def write(led: SqliteLedger, rec: SwitchRecord) -> None:
     led.finish(rec)
 
 
-class NoRedaction:
-    """The writer as it was before rows were redacted (raw values stored)."""
-
-    @staticmethod
-    def redact_tree(value: Any, how: str = "mask") -> Any:
-        return value
-
-
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     state, run = tmp_path / "state", tmp_path / "run"
@@ -97,7 +89,9 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     db = state / "ledger.db"
     led = SqliteLedger(db, run, log=lambda event, **kw: None)
     with monkeypatch.context() as m:  # two rows as an older gpushift wrote them
-        m.setattr(rows, "redact", NoRedaction, raising=False)  # (raising=False: the red check on old code)
+        m.setattr(
+            rows, "redacted", dict, raising=False
+        )  # the writer before redaction (raising=False: red check)
         write(led, record(0, KEY_OLD, reason="first" + ESC, version="0.8.1" + ESC))
         write(led, record(1, KEY_OLD))
     write(led, record(2, KEY_OLD))  # the same key, now stored as its digest

@@ -79,3 +79,16 @@ def test_terminal_json_safe_is_the_same_json_with_nothing_a_terminal_obeys(value
     text = terminal.json_safe(json.dumps(value, ensure_ascii=False))
     assert json.loads(text) == value
     assert not any(obeyed(c) for c in text)
+
+
+JSON_LIKE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+)
+
+
+@given(JSON_LIKE)
+def test_terminal_needs_escape_is_false_only_when_escaping_changes_nothing(value: object) -> None:
+    # the fast path of the ledger's reports: a record whose JSON text needs no escape is shown as it is
+    if not terminal.needs_escape(json.dumps(value, ensure_ascii=False)):
+        assert terminal.escape_tree(value) == value
