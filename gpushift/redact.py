@@ -48,12 +48,14 @@ _VALUE = re.compile(r"'[^']*'|\"[^\"]*\"|[^\s'\",;]+")
 _JSON_MEMBER = re.compile(
     r"""(["'])([A-Za-z0-9_.-]+)\1(\s*:\s*)(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\[[^\]]*\])"""
 )
+# An argv printed as a list: '--api-key', 's3cret'
+_LISTED = re.compile(r"""(["'])(--?[A-Za-z][\w.-]*)\1(\s*,\s*)(["'])((?:(?!\4)[^\\]|\\.)*)\4""")
 _AUTH = re.compile(r"(?ia)\b(bearer|basic)([ \t]+)[A-Za-z0-9._~+/=-]{6,}")
 # What any credential the rules below hide has in its lower-cased text: a secret-looking name, a
 # URL's "@", an Authorization scheme.  (A superset: "monkey" has one too; it only costs the walk.)
 _SECRET_WORDS = ("key", "token", "secret", "passw", "credential", "bearer", "basic", "@")
 # A cheap test that a string may hold any of the above.
-_MAYBE = re.compile(r"""[=@]|(?:^|\s)--?[A-Za-z]|["']\s*:|(?i:bearer|basic)""")
+_MAYBE = re.compile(r"""[=@]|(?:^|[\s"'])--?[A-Za-z]|["']\s*:|(?i:bearer|basic)""")
 
 
 @functools.lru_cache(maxsize=4096)  # the same few keys, again and again, in every record
@@ -152,12 +154,18 @@ def _mask_member(m: re.Match[str]) -> str:
     return m.group(1) + m.group(2) + m.group(1) + m.group(3) + f"{m.group(1)}{MASK}{m.group(1)}"
 
 
+def _mask_listed(m: re.Match[str]) -> str:
+    if not is_secret_name(m.group(2)) or is_hidden(m.group(5)):
+        return m.group(0)
+    return m.group(0)[: m.start(5) - m.start()] + MASK + m.group(4)
+
+
 def redact_text(text: str) -> str:
     """Free text (a message, a reason, a log line) with every credential it shows masked."""
     if not _MAYBE.search(text):
         return text
     text = _mask_named(_ASSIGN_NAME, _mask_named(_OPTION_NAME, redact_url(text)))
-    text = _JSON_MEMBER.sub(_mask_member, text)
+    text = _JSON_MEMBER.sub(_mask_member, _LISTED.sub(_mask_listed, text))
     return _AUTH.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
 
 

@@ -55,6 +55,7 @@ def test_redact_text_every_form_a_credential_takes_in_prose() -> None:
         "Authorization: Bearer sk-abcdef123": "Authorization: Bearer ***",
         '{"api_key": "sk-1", "port": 8000}': '{"api_key": "***", "port": 8000}',
         "non-default args: {'api_key': ['sk-1'], 'port': 8000}": "non-default args: {'api_key': '***', 'port': 8000}",
+        "Launch(argv=['vllm', '--api-key', 'sk-1', '--port', '1'])": "Launch(argv=['vllm', '--api-key', '***', '--port', '1'])",
     }
     for text, want in cases.items():
         assert redact.redact_text(text) == want, text
@@ -129,6 +130,8 @@ def test_redact_no_output_format_of_a_redacted_argv_holds_the_secret(
         json.dumps(shown),
         json.dumps(redact.redact_tree({"argv": argv, "nested": [{"cmdline": argv}]}, how)),
         redact.redact_text(joined),  # the command line as one line of prose (a log, a message)
+        redact.redact_text(json.dumps(argv)),  # ... printed as a JSON list
+        redact.redact_text(repr(argv)),  # ... as a Python list (an object's text in a log line)
         json.dumps(redact.redact_tree({"message": f"exited: {joined}"}, how)),
     ]
     for out in outputs:
