@@ -48,6 +48,7 @@ class Backend:
     drain_timeout_s: float = 10.0
     extra_service: str = ""  # more [Service] lines
     extra_config: list[str] = field(default_factory=list)  # more lines of its [backends.NAME] table
+    url_userinfo: str = ""  # "user:password@" in its health URL (credentials gpushift must not show)
 
     @property
     def unit(self) -> str:
@@ -118,13 +119,12 @@ class GpushiftEnv:
                 f"[backends.{b.name}]",
                 f'unit = "{b.unit}"',
                 f'kind = "{b.kind}"',
-                f'health_url = "http://127.0.0.1:{b.port}/health"',
+                f'health_url = "http://{b.url_userinfo}127.0.0.1:{b.port}/health"',
             ]
             if b.kind == "generic":  # the real kinds bring their own endpoints
-                lines += [
-                    f'version_url = "http://127.0.0.1:{b.port}/version"',
-                    f'metrics_url = "http://127.0.0.1:{b.port}/metrics"',
-                ]
+                if not b.version_command:  # a version URL would be asked instead of the command
+                    lines.append(f'version_url = "http://127.0.0.1:{b.port}/version"')
+                lines.append(f'metrics_url = "http://127.0.0.1:{b.port}/metrics"')
             if b.version_command:
                 lines.append(f"version_command = {json.dumps(b.version_command)}")
             lines += [

@@ -356,6 +356,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "-m", "--model", metavar="PATH", help="a model file to 'load' (must exist; its head is read)"
     )
+    p.add_argument(
+        "--api-key", metavar="KEY", help="accepted as vLLM's is (a credential on the command line)"
+    )
     return p.parse_args(argv)
 
 
