@@ -4,7 +4,10 @@
 #   make demo        boot a private systemd user manager + session bus, run the daemon, switch
 #   make test        lint + unit (3.10/3.11/3.12) + contract + integration + real backends
 #   make test-gpu    tests against a real NVIDIA GPU (real NVML, CUDA processes)
-#   make install     install the package, units, config, D-Bus policy (DESTDIR-aware)
+#   make build       the wheel, the man page and the shell completions, under build/
+#   make install     as root: a virtualenv in /opt/gpushift, units, config, D-Bus policy, group,
+#                    completions, man page (DESTDIR, PREFIX; docs/install.md says where each goes)
+#   make uninstall   removes it again; keeps the ledger and edited config unless PURGE=1
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -16,10 +19,10 @@ PYENV_ROOT ?= /root/.pyenv
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
 APT_PACKAGES := systemd dbus dbus-daemon libgirepository1.0-dev libcairo2-dev pkg-config gcc \
-	python3-dev python3-venv faketime sqlite3 util-linux procps
+	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base
 
 .PHONY: all deps venv lint test test-unit test-pythons test-contract test-integration test-real \
-	test-gpu demo demo-stop install clean bench bench-smoke bench-gpu
+	test-gpu demo demo-stop build man completions install uninstall clean bench bench-smoke bench-gpu
 
 all: venv
 
@@ -38,9 +41,9 @@ $(STAMP): pyproject.toml | deps
 venv: deps $(STAMP)
 
 lint: venv
-	$(VENV)/bin/ruff check gpushift tests bench
-	$(VENV)/bin/ruff format --check gpushift tests bench
-	$(VENV)/bin/mypy gpushift tests/support
+	$(VENV)/bin/ruff check gpushift tests bench packaging
+	$(VENV)/bin/ruff format --check gpushift tests bench packaging
+	$(VENV)/bin/mypy gpushift tests/support packaging
 	$(VENV)/bin/lint-imports
 
 test-unit: venv
@@ -105,14 +108,63 @@ bench-gpu:
 	PYTHONPATH=. $(PYTHON) bench/gate_latency.py
 	PYTHONPATH=. $(PYTHON) bench/status.py --cold --section status_cold_gpu
 
-install:
-	$(PYTHON) -m pip install --prefix=$(DESTDIR)/usr/local .
-	install -D -m 0644 units/gpushift.service $(DESTDIR)/etc/systemd/system/gpushift.service
-	install -D -m 0644 units/gpushift-vllm.service $(DESTDIR)/etc/systemd/system/gpushift-vllm.service
-	install -D -m 0644 units/gpushift-llama.service $(DESTDIR)/etc/systemd/system/gpushift-llama.service
-	install -D -m 0644 etc/dbus-1/system.d/org.gpushift.Switcher1.conf $(DESTDIR)/usr/share/dbus-1/system.d/org.gpushift.Switcher1.conf
-	test -e $(DESTDIR)/etc/gpushift/gpushift.toml || install -D -m 0644 etc/gpushift/gpushift.toml $(DESTDIR)/etc/gpushift/gpushift.toml
-	test -e $(DESTDIR)/etc/gpushift/schedule || install -D -m 0644 etc/gpushift/schedule $(DESTDIR)/etc/gpushift/schedule
+# ------------------------------------------------------------------ build, install, uninstall
+# `make build` (run by install) writes under $(BUILDDIR): the wheel, built from a copy of only what
+# it is made of (a stale build/ or egg-info of the checkout cannot leak into it); gpushift(1),
+# generated from the click commands (packaging/manpage.py), so it never drifts from --help; the
+# bash, zsh and fish completions, which click generates itself (_GPUSHIFT_COMPLETE=SHELL_source).
+# `make install` / `make uninstall` run packaging/install.sh, which says what each step does; as
+# root, DESTDIR (a staged tree that runs once moved to /) and PREFIX (the virtualenv) respected.
+# The venv is made at $(DESTDIR)$(PREFIX).new, then every path it names of itself (shebangs,
+# pyvenv.cfg, the source paths in .pyc files) is rewritten to $(PREFIX), and install fails if one is
+# left: not made at its final path in a private mount namespace, because a package build with
+# DESTDIR (fakeroot, a build container) has neither root nor mount namespaces, and because the same
+# staging lets an upgrade replace a running daemon's venv only once the new one is complete.
+# The venv is made from the system Python (INSTALL_PYTHON), never from a pyenv under /root that
+# the group's members could not read; PIP_ARGS go to every pip (e.g. --no-index --find-links DIR).
+BUILDDIR ?= build
+PREFIX ?= /opt/gpushift
+BINDIR ?= /usr/local/bin
+INSTALL_PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PIP_ARGS ?=
+PURGE ?= 0
+PKG_SOURCES := pyproject.toml README.md $(shell find gpushift -name '*.py' -o -name '*.xml')
+WHEEL_STAMP := $(BUILDDIR)/wheel/.built
+MAN_PAGE := $(BUILDDIR)/man/gpushift.1
+COMPLETIONS_STAMP := $(BUILDDIR)/completions/.built
+INSTALL_ENV = DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" BINDIR="$(BINDIR)" BUILDDIR="$(abspath $(BUILDDIR))" \
+	PYTHON="$(INSTALL_PYTHON)" BUILD_PYTHON="$(abspath $(PY))" PIP_ARGS="$(PIP_ARGS)" PURGE="$(PURGE)"
+
+build: $(WHEEL_STAMP) man completions
+
+man: $(MAN_PAGE)
+
+completions: $(COMPLETIONS_STAMP)
+
+$(WHEEL_STAMP): $(PKG_SOURCES) | $(STAMP)
+	rm -rf $(BUILDDIR)/wheel $(BUILDDIR)/src
+	mkdir -p $(BUILDDIR)/src
+	cp -r pyproject.toml README.md gpushift $(BUILDDIR)/src/
+	find $(BUILDDIR)/src -name __pycache__ -prune -exec rm -rf {} +
+	$(PIP) wheel -q --no-deps $(PIP_ARGS) -w $(BUILDDIR)/wheel $(BUILDDIR)/src
+	rm -rf $(BUILDDIR)/src
+	touch $@
+
+$(MAN_PAGE): $(PKG_SOURCES) packaging/manpage.py | $(STAMP)
+	$(PY) packaging/manpage.py -o $@
+
+$(COMPLETIONS_STAMP): $(PKG_SOURCES) | $(STAMP)
+	mkdir -p $(@D)
+	_GPUSHIFT_COMPLETE=bash_source $(VENV)/bin/gpushift > $(@D)/gpushift.bash
+	_GPUSHIFT_COMPLETE=zsh_source $(VENV)/bin/gpushift > $(@D)/_gpushift
+	_GPUSHIFT_COMPLETE=fish_source $(VENV)/bin/gpushift > $(@D)/gpushift.fish
+	touch $@
+
+install: build
+	$(INSTALL_ENV) bash packaging/install.sh install
+
+uninstall:
+	$(INSTALL_ENV) bash packaging/install.sh uninstall
 
 clean:
-	rm -rf $(VENV) .venv-3.10 .venv-3.12 .demo build *.egg-info
+	rm -rf $(VENV) .venv-3.10 .venv-3.12 .demo $(BUILDDIR) *.egg-info

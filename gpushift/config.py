@@ -36,6 +36,9 @@ class DaemonConfig:
     on_failure: str = "rollback"
     schedule: str | None = None  # None: /etc/gpushift/schedule if it exists; "": no schedule
     poll_interval_s: float = 0.5
+    # While a switch waits on the hardware (the VRAM gate, a backend's first seconds of loading) it
+    # polls this often; readiness then backs off towards poll_interval_s for slow loaders.
+    fast_poll_interval_s: float = 0.02
     stop_timeout_s: float = 180.0  # waiting for a stop job; systemd's TimeoutStopSec kills first
     log_level: str = "info"
     reconcile_interval_s: float = 30.0  # how often the schedule is checked against what runs
@@ -258,6 +261,9 @@ class _Reader:
             on_failure=self.string(d, "daemon", "on_failure", "rollback", ("rollback", "stay")),
             schedule=self.schedule_path(d),
             poll_interval_s=self.number(d, "daemon", "poll_interval_s", 0.5, minimum=0.05),
+            fast_poll_interval_s=self.number(
+                d, "daemon", "fast_poll_interval_s", 0.02, minimum=0.005, maximum=1.0
+            ),
             stop_timeout_s=self.number(d, "daemon", "stop_timeout_s", 180.0, minimum=1),
             log_level=self.string(d, "daemon", "log_level", "info", ("debug", "info", "warning", "error")),
             reconcile_interval_s=self.number(d, "daemon", "reconcile_interval_s", 30.0, minimum=1),

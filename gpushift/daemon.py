@@ -311,7 +311,19 @@ class Daemon:
                 line += f" on {local:%a %d %b}"
         if ks.get("mode") and ks["mode"] != "schedule":
             line += f"; {ks['mode']}"
-        self.notify.status(line)
+        self.notify.status(line + self._ledger_note())
+
+    def _ledger_note(self) -> str:
+        """``; ledger: degraded (<reason>)`` for the status line, or a new chain this daemon
+        started (docs/ledger.md); nothing while the ledger is fine."""
+        try:
+            h = self.components.ports.ledger.health()
+        except Exception as e:
+            return f"; ledger: unreadable ({e!r})"[:120]
+        if h.get("state") != "ok":
+            return f"; ledger: {h.get('state')} ({h.get('reason') or h.get('error')})"
+        brk = h.get("chain_break")
+        return f"; ledger: new chain ({brk.get('reason')})" if isinstance(brk, dict) else ""
 
     # ------------------------------------------------------------ reload, watchdog, signals
 
@@ -515,11 +527,13 @@ class Daemon:
         return True
 
     def _flush_ledger(self) -> None:
-        """A degraded ledger (disk full, locked) retries its pending spool here."""
+        """A degraded ledger (disk full, locked) retries its pending spool here; every time, the
+        ledger also checks that its database is still the file it opened (docs/ledger.md)."""
         ledger = self.components.ports.ledger
         try:
-            if ledger.health().get("pending"):
-                n = ledger.flush_pending()  # type: ignore[attr-defined]
+            flush = getattr(ledger, "flush_pending", None)
+            if flush is not None:
+                n = flush()
                 if n:
                     self.log.info("ledger_flushed", rows=n)
         except Exception as e:

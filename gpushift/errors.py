@@ -3,7 +3,7 @@
 Each class carries the CLI exit code (``code``) and the D-Bus error name a client sees
 (``dbus_name``).  pydbus names a D-Bus error after the Python class's ``__name__``; a name without a
 dot would reach clients as ``unknown.ClassName``, so the D-Bus service re-raises these under their
-dotted names (see ``adapters/dbus_service.py``).
+dotted names (see ``adapters/dbus_errors.py``).
 """
 
 from __future__ import annotations

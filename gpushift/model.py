@@ -59,6 +59,8 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"  # a person aborted it (gpushift cancel) before anything was touched
     CRASHED = "crashed"  # the serving backend exited by itself (any exit status)
     UNHEALTHY = "unhealthy"  # the serving backend stopped answering its health URL
+    CHAIN_BREAK = "chain_break"  # no switch: the ledger's database was corrupt, deleted or replaced,
+    # and a new chain starts with this row (docs/ledger.md)
 
 
 class Trigger(StrEnum):

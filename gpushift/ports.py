@@ -51,9 +51,13 @@ class GpuProbe(Protocol):
 
     def facts(self) -> HostGpuFacts: ...
 
-    def read(self, indices: Sequence[int] | None = None) -> list[GpuReading]:
+    def read(self, indices: Sequence[int] | None = None, holders: bool = True) -> list[GpuReading]:
         """One reading per GPU (all GPUs when ``indices`` is None). Never raises for NVML faults:
-        a GPU that cannot be read comes back with ``error`` set (state UNKNOWN)."""
+        a GPU that cannot be read comes back with ``error`` set (state UNKNOWN).
+
+        ``holders=False``: memory only, without naming who holds it (no ``/proc`` scan, no process
+        lists) — the VRAM gate's fast polls.  A provider whose memory figure IS its holders'
+        (the simulated one) may scan anyway."""
         ...
 
 

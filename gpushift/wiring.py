@@ -84,13 +84,14 @@ def build(
     units then answer with the reason, and GPUs and ledger are still read.
     """
     from .adapters import systemd as systemd
+    from .adapters.bus import connect
     from .adapters.host import ProcHost, SystemClock
     from .adapters.http_probe import HttpBackendProbe
 
     units: UnitControl
     bus = None
     try:
-        bus = systemd.connect(config.daemon.bus)
+        bus = connect(config.daemon.bus)
         units = systemd.SystemdUnits(bus)
     except GpushiftError as e:
         if not tolerate_no_bus:

@@ -12,49 +12,19 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import DaemonUnavailable, GpushiftError, by_dbus_name
+from ..errors import DaemonUnavailable
+from .bus import connect
+from .dbus_errors import translate
 from .dbus_service import BUS_NAME, INTERFACE, OBJECT_PATH
 
 CALL_TIMEOUT_S = 30
-
-
-def _translate(e: Exception) -> GpushiftError:
-    """GLib.Error from a proxy call → the matching GpushiftError subclass."""
-    from gi.repository import Gio
-
-    name = Gio.DBusError.get_remote_error(e) if hasattr(e, "domain") else None
-    text = getattr(e, "message", str(e))
-    if name:
-        prefix = f"GDBus.Error:{name}: "
-        text = text[len(prefix) :] if text.startswith(prefix) else text
-    if name in (
-        "org.freedesktop.DBus.Error.ServiceUnknown",
-        "org.freedesktop.DBus.Error.NameHasNoOwner",
-        "org.freedesktop.DBus.Error.NoReply",
-        "org.freedesktop.DBus.Error.Disconnected",
-    ):
-        return DaemonUnavailable(f"the gpushift daemon is not running on this bus ({name})")
-    if name == "org.freedesktop.DBus.Error.AccessDenied":
-        from ..errors import AccessDenied
-
-        return AccessDenied(f"the bus refused the call: {text}")
-    cls = by_dbus_name().get(name or "")
-    if cls is not None:
-        return cls(text)
-    return GpushiftError(f"{name or 'D-Bus error'}: {text}")
 
 
 class Client:
     """A connection to the daemon on the system or session bus."""
 
     def __init__(self, bus_kind: str = "system") -> None:
-        from gi.repository import GLib
-        from pydbus import SessionBus, SystemBus
-
-        try:
-            self.bus = SystemBus() if bus_kind == "system" else SessionBus()
-        except GLib.Error as e:
-            raise DaemonUnavailable(f"cannot connect to the {bus_kind} bus: {e.message}") from None
+        self.bus = connect(bus_kind, error=DaemonUnavailable)
         self.bus_kind = bus_kind
 
     def _proxy(self) -> Any:
@@ -63,7 +33,7 @@ class Client:
         try:
             return self.bus.get(BUS_NAME, OBJECT_PATH, timeout=CALL_TIMEOUT_S)
         except GLib.Error as e:
-            raise _translate(e) from None
+            raise translate(e) from None
         except KeyError as e:  # pydbus: interface missing in introspection
             raise DaemonUnavailable(f"the daemon on the bus does not offer {INTERFACE}: {e}") from None
 
@@ -74,7 +44,7 @@ class Client:
         try:
             return getattr(proxy, method)(*args, timeout=CALL_TIMEOUT_S)
         except GLib.Error as e:
-            raise _translate(e) from None
+            raise translate(e) from None
 
     def owner(self) -> str | None:
         from gi.repository import GLib

@@ -3,8 +3,7 @@
 pydbus runs these handlers on the GLib loop thread and replies only when they return, so each one
 returns at once: a switch is queued and answered with a ticket; progress and completion arrive as
 signals carrying it.  Expected errors leave under their dotted D-Bus names
-(``org.gpushift.Error.SwitchInProgress``...): pydbus names a D-Bus error after the Python class's
-``__name__``, so the wrapper re-raises them as classes whose ``__name__`` is that dotted name.
+(``org.gpushift.Error.SwitchInProgress``...), made by :mod:`gpushift.adapters.dbus_errors`.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from pydbus.generic import signal
 
 from ..errors import AccessDenied, GpushiftError
 from ..model import Caller
+from . import dbus_errors
 
 BUS_NAME = "org.gpushift.Switcher1"
 OBJECT_PATH = "/org/gpushift/Switcher1"
@@ -34,15 +34,6 @@ logging.getLogger("pydbus.registration").setLevel(logging.CRITICAL)
 
 def interface_xml() -> str:
     return resources.files("gpushift").joinpath("org.gpushift.Switcher1.xml").read_text()
-
-
-@functools.cache
-def _dotted(name: str) -> type[Exception]:
-    return type(name, (Exception,), {})
-
-
-def _as_dbus_error(e: GpushiftError) -> Exception:
-    return _dotted(e.dbus_name())(str(e))
 
 
 class Backend(Protocol):
@@ -67,10 +58,10 @@ def _handler(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except GpushiftError as e:
-            raise _as_dbus_error(e) from None
+            raise dbus_errors.as_dbus_error(e) from None
         except Exception as e:
             logging.getLogger("gpushift").exception("dbus_handler_crashed")
-            raise _dotted(GpushiftError.dbus_name())(f"internal error: {e!r}") from None
+            raise dbus_errors.internal_error(e) from None
 
     return wrapper
 

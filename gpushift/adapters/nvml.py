@@ -6,7 +6,8 @@ having worked — "Failed to initialize NVML: Unknown Error" after a daemon-relo
 device cgroup rules, nvidia-docker#1650).
 
 Fail closed everywhere: an NVML error gives a reading with ``used_mib=None`` and ``error`` set
-(state UNKNOWN); a ``/proc/PID/fd`` we cannot read makes the holder list incomplete (UNKNOWN too).
+(state UNKNOWN).  The fd scan names who holds memory; a ``/proc/PID/fd`` we cannot read makes the
+holder list incomplete (said in the reading), but NVML's memory figure decides the gate.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ class NvmlGpuProbe:
 
     # ---------------------------------------------------------------- readings
 
-    def read(self, indices: Sequence[int] | None = None) -> list[GpuReading]:
+    def read(self, indices: Sequence[int] | None = None, holders: bool = True) -> list[GpuReading]:
         """One reading per GPU (all when ``indices`` is None); never raises for NVML faults.
 
         Used memory is NVML's v2 figure (without the driver-reserved part).  Holders are every live
@@ -228,6 +229,8 @@ class NvmlGpuProbe:
 
         Args:
             indices: GPU indices to read; None for every GPU NVML sees.
+            holders: False for memory only (no fd scan, no process lists: about 10 µs a GPU on an
+                H200, the gate's fast polls); the readings then name no holder.
 
         Returns:
             The readings, in the order asked.  When NVML cannot be used at all, one UNKNOWN
@@ -246,7 +249,7 @@ class NvmlGpuProbe:
                 msg = str(e) if isinstance(e, _NvmlFailure) else f"NVML: {_message(e)}"
                 self._reset()
                 wanted = list(indices) if indices is not None else sorted(self._known) or [0]
-                return self._finish(wanted, raws, dict.fromkeys(wanted, msg))
+                return self._finish(wanted, raws, dict.fromkeys(wanted, msg), holders)
             wanted = list(indices) if indices is not None else list(range(count))
             failed = False
             for index in wanted:
@@ -254,7 +257,7 @@ class NvmlGpuProbe:
                     errors[index] = f"NVML: no GPU {index} on this host (NVML sees {count})"
                     continue
                 try:
-                    raws[index] = self._read_one(nvml, index)
+                    raws[index] = self._read_one(nvml, index, holders)
                 except Exception as e:
                     if not self._is_error(e):
                         raise
@@ -263,9 +266,9 @@ class NvmlGpuProbe:
             if failed:
                 # Start afresh next time: a session that failed once may stay broken.
                 self._reset()
-            return self._finish(wanted, raws, errors)
+            return self._finish(wanted, raws, errors, holders)
 
-    def _read_one(self, nvml: Any, index: int) -> _Raw:
+    def _read_one(self, nvml: Any, index: int, processes: bool = True) -> _Raw:
         h = nvml.nvmlDeviceGetHandleByIndex(index)
         name = _text(nvml.nvmlDeviceGetName(h))
         total_mib, used_mib = self._memory(nvml, h)
@@ -278,7 +281,9 @@ class NvmlGpuProbe:
             minor = index  # NotSupported on some platforms: the index is the usual minor number
         self._minor[index] = minor
         per_pid: dict[int, float | None] = {}
-        for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses")[
+            : 2 if processes else 0
+        ]:
             fn = getattr(nvml, getter, None)
             if fn is None:
                 continue
@@ -318,11 +323,18 @@ class NvmlGpuProbe:
         minor = self._minor.get(index, index)
         return self.device_path_pattern.format(index=index, minor=minor)
 
-    def _finish(self, wanted: list[int], raws: dict[int, _Raw], errors: dict[int, str]) -> list[GpuReading]:
-        """Scan the device files once for every asked GPU and build the readings."""
-        paths = {i: self._device_path(i) for i in wanted if i >= 0}
-        scan = self._scan(paths, exclude_pids=self._exclude, unit_of=self._unit_of)
-        complete = scan.complete
+    def _finish(
+        self, wanted: list[int], raws: dict[int, _Raw], errors: dict[int, str], name_holders: bool = True
+    ) -> list[GpuReading]:
+        """Scan the device files once for every asked GPU (unless ``name_holders`` is False) and
+        build the readings."""
+        paths = {i: self._device_path(i) for i in wanted if i >= 0} if name_holders else {}
+        scan = (
+            self._scan(paths, exclude_pids=self._exclude, unit_of=self._unit_of)
+            if name_holders
+            else ScanResult()
+        )
+        complete = scan.complete and scan.hidden is None
         unreadable = scan.unreadable
         readings: list[GpuReading] = []
         for index in wanted:
@@ -343,7 +355,7 @@ class NvmlGpuProbe:
                     )
                 )
                 continue
-            error = None if scan.hidden is None else f"holders: {scan.hidden}"
+            # A hidden /proc only makes the holder list incomplete: NVML's memory figure decides.
             readings.append(
                 GpuReading(
                     index=index,
@@ -352,7 +364,7 @@ class NvmlGpuProbe:
                     used_mib=raw.used_mib,
                     holders=holders,
                     holders_complete=complete,
-                    error=error,
+                    error=None,
                     unreadable_pids=unreadable,
                 )
             )

@@ -188,11 +188,12 @@ class SimulatedGpuProbe:
 
     # ---------------------------------------------------------------- readings
 
-    def read(self, indices: Sequence[int] | None = None) -> list[GpuReading]:
+    def read(self, indices: Sequence[int] | None = None, holders: bool = True) -> list[GpuReading]:
         """One reading per simulated GPU, holders from the fd scan of the device files.
 
         Args:
             indices: GPU indices to read; None for all.
+            holders: ignored: simulated memory is its holders' memory, so every read scans.
 
         Returns:
             The readings in the order asked; a GPU that does not exist or whose device file is
@@ -221,7 +222,7 @@ class SimulatedGpuProbe:
             now = self._now()
             readings = []
             for i in wanted:
-                holders = self._attribute(scan.holders_of(i)) if i in paths else ()
+                who = self._attribute(scan.holders_of(i)) if i in paths else ()
                 if i in missing:
                     readings.append(
                         GpuReading(
@@ -229,7 +230,7 @@ class SimulatedGpuProbe:
                             name=self._name(),
                             total_mib=self.total_mib,
                             used_mib=None,
-                            holders=holders,
+                            holders=who,
                             holders_complete=scan.complete,
                             error=missing[i],
                             unreadable_pids=scan.unreadable,
@@ -242,14 +243,14 @@ class SimulatedGpuProbe:
                 if error is None and not scan.complete:
                     pids = ", ".join(str(p) for p in scan.unreadable[:5])
                     error = f"{SIMULATED}: memory unknown: the open files of pid {pids} cannot be read"
-                current = float(min(self.total_mib, sum(h.used_mib or 0.0 for h in holders)))
+                current = float(min(self.total_mib, sum(h.used_mib or 0.0 for h in who)))
                 readings.append(
                     GpuReading(
                         index=i,
                         name=self._name(),
                         total_mib=self.total_mib,
                         used_mib=None if error else self._delayed(i, current, now),
-                        holders=holders,
+                        holders=who,
                         holders_complete=scan.complete,
                         error=error,
                         unreadable_pids=scan.unreadable,

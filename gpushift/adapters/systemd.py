@@ -19,21 +19,20 @@ callbacks, and this thread never needs it), or the loop thread itself.  As a saf
 connections created with ``wait="poll"``, the job object is polled: when it is gone and no signal
 came, the result is inferred from the unit's state (see :meth:`SystemdUnits._infer`).
 
-pydbus and gi are imported lazily, inside this module only (gpushift must import without them, and
-``gpushift --help`` must start fast).
+The bus comes from :func:`gpushift.adapters.bus.connect`.  gi is imported lazily (gpushift must
+import without it, and ``gpushift --help`` must start fast).
 """
 
 from __future__ import annotations
 
 import collections
-import os
-import re
 import threading
 import time
 from typing import Any
 
 from ..errors import SystemdError
 from ..model import JobResult, UnitState
+from .dbus_errors import split_remote
 
 SYSTEMD_BUS_NAME = "org.freedesktop.systemd1"
 SYSTEMD_PATH = "/org/freedesktop/systemd1"
@@ -48,50 +47,6 @@ DEFAULT_CALL_TIMEOUT_S = 25.0
 
 #: After the job object is gone, how long to keep waiting for its JobRemoved before inferring.
 _SIGNAL_GRACE_S = 1.0
-
-_REMOTE_ERROR = re.compile(r"^GDBus\.Error:(?P<name>[\w.]+):\s*(?P<msg>.*)$", re.DOTALL)
-
-
-def connect(bus_kind: str, address: str | None = None) -> Any:
-    """Open the bus gpushift talks to systemd (and its clients) on.
-
-    Args:
-        bus_kind: ``"system"`` (production) or ``"session"`` (tests and the demo).
-        address: a D-Bus address to use instead of the default for ``bus_kind``.  For
-            ``"session"`` the default is ``$DBUS_SESSION_BUS_ADDRESS`` read NOW, through a
-            connection of our own (not GLib's process-wide singleton, which would keep the address
-            of the first bus a test process ever used).
-
-    Returns:
-        A pydbus bus (``.con`` is the ``Gio.DBusConnection``).
-
-    Raises:
-        SystemdError: the bus cannot be reached.
-        ValueError: ``bus_kind`` is neither ``"system"`` nor ``"session"``.
-    """
-    if bus_kind not in ("system", "session"):
-        raise ValueError(f"bus must be 'system' or 'session', not {bus_kind!r}")
-    import pydbus
-    from gi.repository import GLib
-
-    try:
-        if address is None and bus_kind == "session":
-            address = os.environ.get("DBUS_SESSION_BUS_ADDRESS") or None
-        if address is not None:
-            return pydbus.connect(address)
-        return pydbus.SystemBus() if bus_kind == "system" else pydbus.SessionBus()
-    except GLib.Error as e:
-        where = address or f"the {bus_kind} bus"
-        raise SystemdError(f"cannot connect to {where}: {_remote(e)[1]}") from e
-
-
-def _remote(e: BaseException) -> tuple[str | None, str]:
-    """(D-Bus error name or None, message without GDBus's prefix) of a GLib.Error."""
-    message = str(getattr(e, "message", None) or e)
-    m = _REMOTE_ERROR.match(message)
-    if m:
-        return m.group("name"), m.group("msg").strip()
-    return None, message.strip()
 
 
 def _is_glib_error(e: BaseException) -> bool:
@@ -160,7 +115,7 @@ class SystemdUnits:
         self, bus: Any, *, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, wait: str = "signal"
     ) -> None:
         """Args:
-        bus: a pydbus bus (see :func:`connect`).
+        bus: a pydbus bus (see :func:`gpushift.adapters.bus.connect`).
         call_timeout_s: the most one D-Bus call may take.
         wait: ``"signal"`` (JobRemoved, with polling as a safety net) or ``"poll"`` (poll the job
             object only: for a caller that cannot receive signals).
@@ -193,7 +148,7 @@ class SystemdUnits:
             return self._manager
 
     def _error(self, what: str, unit: str | None, e: BaseException) -> SystemdError:
-        name, msg = _remote(e)
+        name, msg = split_remote(e)
         subject = f"{what} {unit}" if unit else what
         if "Timeout was reached" in msg:
             msg = f"systemd did not answer within {self._call_timeout_s:g} s"
@@ -243,7 +198,7 @@ class SystemdUnits:
                 None,
             )
         except GLib.Error as e:
-            name, _ = _remote(e)
+            name, _ = split_remote(e)
             if name in (
                 "org.freedesktop.DBus.Error.UnknownObject",
                 "org.freedesktop.DBus.Error.UnknownMethod",
@@ -263,7 +218,7 @@ class SystemdUnits:
         except Exception as e:
             if not _is_glib_error(e):
                 raise
-            if _remote(e)[0] != "org.freedesktop.systemd1.AlreadySubscribed":
+            if split_remote(e)[0] != "org.freedesktop.systemd1.AlreadySubscribed":
                 raise self._error("subscribe to", "job signals", e) from e
         self._subscribed = True
 
@@ -357,7 +312,7 @@ class SystemdUnits:
         except Exception as e:
             if not _is_glib_error(e):
                 raise
-            if _remote(e)[0] != "org.freedesktop.systemd1.NoSuchUnit":
+            if split_remote(e)[0] != "org.freedesktop.systemd1.NoSuchUnit":
                 raise self._error("reset-failed", unit, e) from e
 
     def processes(self, unit: str) -> list[int]:
@@ -374,7 +329,7 @@ class SystemdUnits:
         except Exception as e:
             if not _is_glib_error(e):
                 raise
-            if _remote(e)[0] == "org.freedesktop.systemd1.NoSuchUnit":
+            if split_remote(e)[0] == "org.freedesktop.systemd1.NoSuchUnit":
                 return []
             raise self._error("list the processes of", unit, e) from e
         return sorted({int(pid) for _cgroup, pid, _cmdline in rows})

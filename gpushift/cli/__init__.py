@@ -225,7 +225,9 @@ def render_status(s: dict[str, Any]) -> str:
     sched = s.get("schedule")
     if isinstance(sched, dict):
         if sched.get("wants"):
-            lines.append(f"schedule: wants {sched['wants']} now")
+            exc = sched.get("exception")
+            exc_text = f" (calendar exception {exc['name']} until {exc['until_local']})" if exc else ""
+            lines.append(f"schedule: wants {sched['wants']} now{exc_text}")
         if sched.get("next"):
             n = sched["next"]
             lines.append(f"next:     {n.get('target')} at {n.get('at_local') or n.get('at')}")
@@ -281,6 +283,11 @@ def render_status(s: dict[str, Any]) -> str:
         lines.append("ledger:   ok")
     if led.get("alarm"):
         lines.append(f"ledger:   TAMPER ALARM: {led['alarm']} (run `gpushift ledger verify`)")
+    brk = led.get("chain_break")
+    if isinstance(brk, dict):
+        lines.append(
+            f"ledger:   new chain since {brk.get('at')}: {brk.get('reason')}, old file {brk.get('moved_to') or '-'}"
+        )
     return "\n".join(lines)
 
 

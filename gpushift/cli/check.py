@@ -49,8 +49,9 @@ def _collect(config_path: str | None) -> dict[str, Any]:
     units = None
     try:
         from ..adapters import systemd
+        from ..adapters.bus import connect
 
-        units = systemd.SystemdUnits(systemd.connect(cfg.daemon.bus))
+        units = systemd.SystemdUnits(connect(cfg.daemon.bus))
     except GpushiftError as e:
         report["systemd_error"] = str(e)
     gpu = wiring.make_gpu(cfg)

@@ -45,13 +45,18 @@ class _LedgerGroup(click.Group):
             ctx.exit(e.code)
 
 
-def _open(ctx: click.Context) -> tuple[Config, SqliteLedger]:
+def _open(ctx: click.Context, check: bool = True) -> tuple[Config, SqliteLedger]:
+    """The config and the ledger, read-only.  With ``check`` a database that cannot be read (not
+    a database, unreadable, deleted) is a ``LedgerError`` here, before anything is printed."""
     from ..config import load
     from ..ledger import SqliteLedger
 
     obj = ctx.obj if isinstance(ctx.obj, dict) else {}
     config = load(obj.get("config_path"))
-    return config, SqliteLedger.open_readonly(config.ledger_path, spool_dir=config.daemon.runtime_dir)
+    led = SqliteLedger.open_readonly(config.ledger_path, spool_dir=config.daemon.runtime_dir)
+    if check:
+        led.check_readable()
+    return config, led
 
 
 def _json(value: Any) -> str:
@@ -191,8 +196,9 @@ def export(ctx: click.Context, fmt: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The result as JSON.")
 @click.pass_context
 def verify(ctx: click.Context, as_json: bool) -> None:
-    """Check the hash chain and the head file; name the first bad row."""
-    _config, led = _open(ctx)
+    """Check the hash chain and the head file; name the first bad row, or a break in the chain
+    (recorded by the daemon or not).  Exits 11 on anything but an intact, unbroken chain."""
+    _config, led = _open(ctx, check=False)  # verify names a bad database itself
     res = led.verify()
     if as_json:
         click.echo(json.dumps(res.to_dict(), indent=2))

@@ -9,6 +9,7 @@ default path).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
@@ -16,7 +17,7 @@ import click
 
 from gpushift import config as config_mod
 from gpushift.errors import ConfigError, GpushiftError
-from gpushift.schedule import DEFAULT_SCHEDULE_PATH, Fire, Schedule, load_schedule
+from gpushift.schedule import DEFAULT_SCHEDULE_PATH, Fire, Schedule, Span, load_schedule
 
 UTC = timezone.utc
 
@@ -48,14 +49,82 @@ def _zone_source(sched: Schedule) -> str:
     return f"TZ= on line {sched.tz_line}" if sched.tz_line is not None else "the host's zone"
 
 
+def _utc_json(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _fire_json(f: Fire, sched: Schedule) -> dict[str, Any]:
     return {
-        "utc": f.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "utc": _utc_json(f.at),
         "local": f.at.astimezone(sched.tz).isoformat(),
         "target": f.target,
         "line": f.entry.line,
         "entry": f.entry.fields,
+        # the calendar exception that begins (is in force) here, or that ends here
+        "exception": f.exception,
+        "exception_ends": f.span.label if f.span is not None and f.ends else None,
     }
+
+
+def _span_state(span: Span, at: datetime) -> str:
+    return "passed" if span.end <= at else "in force" if span.start <= at else "coming"
+
+
+def _span_json(span: Span, sched: Schedule, at: datetime) -> dict[str, Any]:
+    return {
+        "line": span.line,
+        "name": span.name,
+        "target": span.target,
+        "range": span.written,
+        "from_utc": _utc_json(span.start),
+        "from_local": span.start.astimezone(sched.tz).isoformat(),
+        "until_utc": _utc_json(span.end),
+        "until_local": span.end.astimezone(sched.tz).isoformat(),
+        "state": _span_state(span, at),
+    }
+
+
+def _fire_note(f: Fire, changes: bool) -> str:
+    parts = []
+    if f.span is not None:
+        which = f.span.name or f"on line {f.span.line}"
+        parts.append(f"exception {which} {'ends' if f.ends else 'begins'}")
+    if not changes:
+        parts.append("(already in effect)")
+    return " ".join(parts)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        click.echo("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _echo_spans(sched: Schedule, at: datetime) -> None:
+    """The calendar exceptions not yet passed at ``at`` (a passed one is ignored: only counted)."""
+    shown = [s for s in sched.spans if s.end > at]
+    passed = len(sched.spans) - len(shown)
+    gone = f" ({passed} passed, ignored)" if passed else ""
+    if not shown:
+        if passed:
+            click.echo(f"Calendar exceptions: none to come{gone}.")
+        return
+    click.echo(f"Calendar exceptions{gone}:")
+    rows = [("LINE", "NAME", "BACKEND", "FROM", "UNTIL", "FROM (UTC)", "UNTIL (UTC)", "")]
+    for s in shown:
+        rows.append(
+            (
+                str(s.line),
+                s.name or "-",
+                s.target,
+                _local(s.start, sched),
+                _local(s.end, sched),
+                _utc(s.start),
+                _utc(s.end),
+                _span_state(s, at),
+            )
+        )
+    _table(rows)
 
 
 def _parse_from(text: str, sched: Schedule) -> datetime:
@@ -110,28 +179,32 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
             "tz_line": sched.tz_line,
             "at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "in_effect": _fire_json(current, sched) if current else None,
+            "exceptions": [_span_json(s, sched, at) for s in sched.spans],
             "next": [{**_fire_json(f, sched), "changes": c} for f, c in zip(fires, changes, strict=True)],
         }
         click.echo(json.dumps(doc, indent=2))
         return
 
     click.echo(f"Schedule {sched.path} (time zone {sched.tz}, {_zone_source(sched)})")
-    if not sched.entries:
+    if not sched.entries and not sched.spans:
         click.echo("The schedule has no entries: it never switches.")
         return
     if current:
+        exc = ""
+        if current.span is not None and not current.ends:
+            exc = f", calendar exception {current.span.label} until {_local(current.span.end, sched)}"
         click.echo(
             f"In effect at {_local(at, sched)}: {current.target}, since {_local(current.at, sched)} "
-            f"(line {current.entry.line}: {current.entry.fields})"
+            f"(line {current.entry.line}: {current.entry.fields}){exc}"
         )
+    _echo_spans(sched, at)
     click.echo(f"Next {len(fires)} times the schedule fires:")
     rows = [("LOCAL", "UTC", "BACKEND", "LINE", "ENTRY", "")]
     for f, c in zip(fires, changes, strict=True):
-        note = "" if c else "(already in effect)"
-        rows.append((_local(f.at, sched), _utc(f.at), f.target, str(f.entry.line), f.entry.fields, note))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        click.echo("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+        rows.append(
+            (_local(f.at, sched), _utc(f.at), f.target, str(f.entry.line), f.entry.fields, _fire_note(f, c))
+        )
+    _table(rows)
 
 
 @schedule.command("check")
@@ -160,20 +233,33 @@ def check(ctx: click.Context, file: str | None) -> None:
     except GpushiftError as e:
         _fail(e)
 
-    n = len(sched.entries)
+    n, k = len(sched.entries), len(sched.spans)
+    spans = f"{k} calendar exception{'' if k == 1 else 's'}, " if k else ""
     click.echo(
-        f"{file}: OK: {n} entr{'y' if n == 1 else 'ies'}, time zone {sched.tz} ({_zone_source(sched)})"
+        f"{file}: OK: {n} entr{'y' if n == 1 else 'ies'}, {spans}time zone {sched.tz} ({_zone_source(sched)})"
     )
-    for entry in sched.entries:
-        click.echo(f"  line {entry.line}: {entry.fields} -> {entry.target}")
+    lines = [(e.line, f"{e.fields} -> {e.target}") for e in sched.entries]
+    for s in sched.spans:
+        name = f" ({s.name})" if s.name else ""
+        when = f"{_local(s.start, sched)} .. {_local(s.end, sched)}"
+        lines.append((s.line, f"except {s.written} -> {s.target}{name}: {when}"))
+    for lineno, text in sorted(lines):
+        click.echo(f"  line {lineno}: {text}")
     if cfg is not None:
         click.echo(f"backend names checked against {cfg.path}")
     else:
         click.echo(f"note: backend names were NOT checked: {cfg_error}", err=True)
     now = datetime.now(UTC)
+    for s in sched.passed(now):
+        click.echo(
+            f"note: line {s.line}: calendar exception {s.label} has passed (it ended "
+            f"{_local(s.end, sched)}); it is ignored, the line can go",
+            err=True,
+        )
     current = sched.in_effect(now)
     nxt = sched.next_change(now)
     if current:
-        click.echo(f"in effect now: {current.target} (line {current.entry.line})")
+        exc = f", calendar exception {current.exception}" if current.exception else ""
+        click.echo(f"in effect now: {current.target} (line {current.entry.line}{exc})")
     if nxt:
         click.echo(f"next switch: {nxt.target} at {_local(nxt.at, sched)} ({_utc(nxt.at)})")

@@ -144,6 +144,7 @@ class Switch:
     trigger: Trigger
     actual: str
     relaunch: bool = False  # the target runs: stop it and start it again
+    details: dict[str, str] = field(default_factory=dict)  # facts for the ledger row (named keys)
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ def decide(s: Snapshot) -> Decision:
         wants, key, why = ov.backend, ov.set_at, f"{ov.mode} of {ov.backend}"
     elif fire is not None:
         wants, key = fire.target, fire.at
-        why = f"schedule line {fire.entry.line} ({fire.entry.fields}) fired at {fire.at.isoformat()}"
+        why = fire.describe()  # "schedule line N (fields) fired at T", naming a calendar exception
     elif relaunch is not None:
         wants, key, why = relaunch.backend, relaunch.since, relaunch.why
     else:
@@ -275,6 +276,9 @@ def decide(s: Snapshot) -> Decision:
         return Decision(tuple(actions), summary, a, blocked, relaunch)
     trigger = Trigger.RECOVERY if bringing_back else s.trigger
     reason = f"relaunch: {relaunch.why}" if bringing_back and relaunch is not None else why
-    actions.append(Switch(wants, reason, trigger, actual, relaunch=restart))
+    details = (
+        {"calendar_exception": fire.exception} if fire is not None and fire.exception and ov is None else {}
+    )
+    actions.append(Switch(wants, reason, trigger, actual, relaunch=restart, details=details))
     verb = "relaunching" if restart else "switching"
     return Decision(tuple(actions), f"{verb} {actual} -> {wants}", a, blocked, relaunch)

@@ -54,6 +54,7 @@ class SwitchControl(Protocol):
         *,
         relaunch: bool = ...,
         verify_running: bool = ...,
+        details: Mapping[str, str] | None = ...,
     ) -> str: ...
 
     def result(self, ticket: str) -> SwitchResult | None: ...
@@ -271,6 +272,7 @@ class Keeper:
                     a.trigger,
                     relaunch=a.relaunch,
                     verify_running=a.relaunch,
+                    details=a.details,
                 )
             except SwitchInProgress:
                 return "a switch is running; deciding after it"
@@ -335,6 +337,7 @@ class Keeper:
                     "tz": str(self.schedule.tz),
                     "wants": fire.target if fire else None,
                     "since": fire.at.isoformat() if fire else None,
+                    "exception": fire.in_force.as_dict(self.schedule.tz) if fire and fire.in_force else None,
                     "next": (
                         {
                             "target": nxt.target,

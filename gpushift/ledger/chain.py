@@ -15,11 +15,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .breaks import describe, recorded_break
 from .files import write_file_atomic
 from .rows import now_iso
 
 #: ``prev_hash`` of the first row.
 GENESIS_HASH = "0" * 64
+
+#: The head of a chain without rows.
+EMPTY_HEAD: dict[str, Any] = {"id": 0, "hash": GENESIS_HASH}
 
 #: Versions the hash input; a later migration that changes the columns re-links with a new tag.
 HASH_TAG = "gpushift-ledger-row-v2"
@@ -186,13 +190,41 @@ class HeadFile:
         return data if isinstance(data, dict) else {"id": None, "hash": None, "error": "not an object"}
 
     def write(self, head: Mapping[str, Any], prev: Mapping[str, Any] | None) -> None:
-        """Name ``head``; ``prev`` is the head before a write that is not yet committed."""
+        """Name ``head``; ``prev`` is the head before a write that is not yet committed.
+
+        A write names its new head with ``prev`` before its COMMIT, and names it alone after (see
+        ``settle``): so ``prev`` is only ever accepted for a write cut off between the two.
+        """
         data: dict[str, Any] = {"id": head["id"], "hash": head["hash"], "written_at": now_iso()}
         if prev is not None and not same_head(head, prev):
             data["prev"] = {"id": prev["id"], "hash": prev["hash"]}
         if self.alarm is not None:
             data["alarm"] = self.alarm
         write_file_atomic(self.path, (json.dumps(data, indent=1) + "\n").encode(), self.group)
+
+    def settle(self, head: Mapping[str, Any]) -> None:
+        """After a COMMIT: name ``head`` alone, so that removing that row is caught.  Never raises
+        (the row is written; until this succeeds the file names it with ``prev``, which verify
+        accepts as a write cut off before its end)."""
+        try:
+            self.write(head, None)
+        except OSError as e:
+            self.emit("warning", "ledger_head_not_settled", path=self.path, error=str(e), head_id=head["id"])
+
+    def restart(self) -> None:
+        """A new chain starts (``breaks.py``): name the empty chain, keeping a standing alarm."""
+        hf = self.read()
+        if self.alarm is None and hf is not None and isinstance(hf.get("alarm"), dict):
+            self.alarm = hf["alarm"]
+        self.write(EMPTY_HEAD, None)
+
+    def names_lost_rows(self, head: Mapping[str, Any]) -> bool:
+        """True when the file names rows that a database ending at ``head`` does not have (and not
+        as a write cut off before its COMMIT)."""
+        hf = self.read()
+        if hf is None or not isinstance(hf.get("id"), int) or isinstance(hf.get("id"), bool):
+            return False
+        return bool(hf["id"] > head["id"] and not same_head(head, hf.get("prev")))
 
     def raise_alarm(self, what: str) -> None:
         if self.alarm is None:
@@ -226,8 +258,11 @@ class HeadFile:
             self.write(head, None)
             return
         self.check(head)
-        if hf is not None and same_head(head, hf.get("prev")):
+        if hf is not None and hf.get("prev") is not None and same_head(head, hf.get("prev")):
             # The last write was cut off between writing the head and its COMMIT: settle it.
+            self.write(head, None)
+        elif hf is not None and hf.get("prev") is not None and same_head(head, hf):
+            # ... or between its COMMIT and naming the head alone.
             self.write(head, None)
 
 
@@ -244,13 +279,24 @@ class VerifyResult:
     problem: str | None = None
     head: dict[str, Any] = field(default_factory=dict)  # the database's last row: id, hash
     head_file: dict[str, Any] | None = None
+    #: Breaks the daemon recorded (``extra["chain_break"]`` of the rows that start a new chain, with
+    #: ``row``); any of them makes the result not ok.
+    breaks: list[dict[str, Any]] = field(default_factory=list)
 
     def describe(self) -> str:
         """One line for a person."""
+        h = self.head
         if self.ok:
-            h = self.head
             return f"ledger ok: {self.rows} rows, head row {h.get('id')} hash {str(h.get('hash'))[:16]}"
-        return f"ledger verify FAILED: {self.problem}"
+        recorded = "; ".join(
+            f"chain break recorded by the daemon at row {b['row']}: {describe(b)}" for b in self.breaks
+        )
+        if self.problem is None:
+            return (
+                f"ledger verify FAILED: {recorded}; from there the chain verifies ({self.rows} rows, "
+                f"head row {h.get('id')} hash {str(h.get('hash'))[:16]})"
+            )
+        return f"ledger verify FAILED: {self.problem}" + (f" (earlier, {recorded})" if recorded else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -260,14 +306,24 @@ class VerifyResult:
             "problem": self.problem,
             "head": self.head,
             "head_file": self.head_file,
+            "breaks": self.breaks,
         }
 
 
+#: How verify names a break that no row of the chain records.
+NOT_RECORDED = "chain break not recorded by the daemon"
+
+
 def verify_rows(conn: sqlite3.Connection, head_file: dict[str, Any] | None, head_path: str) -> VerifyResult:
-    """Check every row's hash and link, oldest first, then the head file against the last row."""
+    """Check every row's hash and link, oldest first, then the head file against the last row.
+
+    A row that starts a new chain (``breaks.py``) is a break the daemon recorded: the result is
+    not ok, and says so apart from a break nothing recorded.
+    """
     prev_hash = GENESIS_HASH
     prev_id: int | None = None
     count = 0
+    breaks: list[dict[str, Any]] = []
     for row in conn.execute(f"SELECT {', '.join(ROW_COLUMNS)} FROM switches ORDER BY id"):
         values = dict(zip(ROW_COLUMNS, row, strict=True))
         count += 1
@@ -275,19 +331,20 @@ def verify_rows(conn: sqlite3.Connection, head_file: dict[str, Any] | None, head
         if values["prev_hash"] != prev_hash:
             after = f"row {prev_id}" if prev_id is not None else "the start of the chain"
             problem = (
-                f"row {rid}: does not link to {after} (a row before it was rewritten, or rows "
-                f"between them were removed)"
+                f"{NOT_RECORDED}: row {rid} does not link to {after} (a row before it was rewritten, "
+                f"or rows between them were removed)"
             )
-            return VerifyResult(False, count, rid, problem, {}, head_file)
+            return VerifyResult(False, count, rid, problem, {}, head_file, breaks)
         if row_hash(values) != values["hash"]:
-            problem = f"row {rid}: its content does not match its hash (edited outside gpushift)"
-            return VerifyResult(False, count, rid, problem, {}, head_file)
+            problem = f"{NOT_RECORDED}: hash mismatch at row {rid} (its content was edited outside gpushift)"
+            return VerifyResult(False, count, rid, problem, {}, head_file, breaks)
+        brk = recorded_break(values)
+        if brk is not None:
+            breaks.append({"row": rid, **brk})
         prev_hash, prev_id = values["hash"], rid
     head = {"id": prev_id or 0, "hash": prev_hash}
     head_problem = _head_problem(head, head_file, count, head_path)
-    if head_problem:
-        return VerifyResult(False, count, None, head_problem, head, head_file)
-    return VerifyResult(True, count, None, None, head, head_file)
+    return VerifyResult(not head_problem and not breaks, count, None, head_problem, head, head_file, breaks)
 
 
 def _head_problem(
@@ -301,10 +358,11 @@ def _head_problem(
         a = head_file["alarm"]
         return f"the head file records an alarm from {a.get('at')}: {a.get('what')}"
     if same_head(head, head_file) or same_head(head, head_file.get("prev")):
-        # "prev": the write that named this head was interrupted before its commit finished.
+        # "prev": the write that named this head was cut off before its commit finished.
         return None
-    return (
-        f"the head file names row {head_file.get('id')} hash {str(head_file.get('hash'))[:16]} "
-        f"but the database ends at row {head['id']} hash {head['hash'][:16]} (the database was "
-        f"changed or its chain recomputed outside gpushift)"
-    )
+    named = f"the head file names row {head_file.get('id')} hash {str(head_file.get('hash'))[:16]}"
+    ends = f"the database ends at row {head['id']} hash {head['hash'][:16]}"
+    hid = head_file.get("id")
+    if isinstance(hid, int) and hid > head["id"]:
+        return f"{NOT_RECORDED}: rows missing after row {head['id']} ({named}, {ends})"
+    return f"{NOT_RECORDED}: {named} but {ends} (the database was changed or its chain recomputed outside gpushift)"

@@ -20,7 +20,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..errors import LedgerError
-from ..model import OFF, SwitchRecord
+from ..model import OFF, Outcome, SwitchRecord
+from .breaks import FileId, file_id
 from .chain import GENESIS_HASH, HeadFile, VerifyResult, verify_rows
 from .rows import record_from_dict, utc_text
 from .schema import connect_reader, schema_version
@@ -50,6 +51,7 @@ class LedgerReader:
         self._spool = spool
         self._rlock = threading.Lock()
         self._rconn: sqlite3.Connection | None = None
+        self._rfile: FileId | None = None  # the file the read connection opened
         self._landed: dict[int, int] = {}  # provisional id -> real id, once replayed
 
     @property
@@ -74,9 +76,12 @@ class LedgerReader:
     # ----------------------------------------------------------------- queries
 
     def last(self) -> SwitchRecord | None:
-        """The newest switch (a pending spooled record counts)."""
-        rows = self.list(limit=1)
-        return rows[0] if rows else None
+        """The newest switch (a pending spooled record counts; the row that starts a new chain is
+        no switch)."""
+        for rec in self.list(limit=5):
+            if rec.outcome != Outcome.CHAIN_BREAK.value:
+                return rec
+        return None
 
     def get(self, row_id: int) -> SwitchRecord | None:
         """One switch by id (a provisional id finds a pending record, or the row it became)."""
@@ -196,6 +201,24 @@ class LedgerReader:
         with self._reader() as conn:
             return conn.execute(sql, args).fetchall() if conn is not None else []
 
+    def check_readable(self) -> None:
+        """Raise ``LedgerError`` (one line) unless the database can be read: it is not a database,
+        cannot be read, or is missing while the head file names rows (it was deleted).  A ledger
+        never written (no database, no head file) is fine: it is empty."""
+        if not db_exists(self.db_path):
+            hf = self._head.read() or {}
+            hid = hf.get("id")
+            if isinstance(hid, int) and not isinstance(hid, bool) and hid > 0:
+                raise LedgerError(
+                    f"the ledger {self.db_path} is missing, but the head file {self.head_path} names row "
+                    f"{hid}: it was deleted (the daemon records the break and starts a new chain when it "
+                    f"next writes)"
+                )
+            return
+        with self._reader() as conn:
+            if conn is not None:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+
     # ----------------------------------------------------------------- verify
 
     def verify(self) -> VerifyResult:
@@ -235,13 +258,26 @@ class LedgerReader:
 
     @contextlib.contextmanager
     def _reader(self) -> Iterator[sqlite3.Connection | None]:
-        """A connection for reading (``None`` when the database does not exist yet)."""
+        """A connection for reading (``None`` when the database does not exist yet).
+
+        The connection follows the path: when the file there is another one than it opened
+        (deleted, replaced, a new chain), it is reopened.
+        """
         with self._rlock:
+            try:
+                same_file = file_id(self.db_path) == self._rfile
+            except OSError:
+                same_file = False  # db_exists below says why
+            if self._rconn is not None and not same_file:
+                with contextlib.suppress(sqlite3.Error):
+                    self._rconn.close()
+                self._rconn = None
             if self._rconn is None:
-                if not os.path.exists(self.db_path):
+                if not db_exists(self.db_path):
                     yield None
                     return
                 self._rconn = connect_reader(self.db_path, self.lock_timeout_s)
+                self._rfile = file_id(self.db_path)
             try:
                 yield self._rconn
             except sqlite3.Error as e:
@@ -274,3 +310,21 @@ class LedgerReader:
                 log(event, level=level, **fields)
         except Exception:  # noqa: BLE001 - a broken logger must not cost a ledger write
             pass
+
+
+def db_exists(path: str) -> bool:
+    """Whether the database file exists.
+
+    Raises:
+        LedgerError: it cannot be known (a directory on the way may not be entered): "no ledger
+            yet" would be a wrong answer.
+    """
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as e:
+        raise LedgerError(
+            f"cannot read the ledger {path}: {e.strerror.lower() if e.strerror else e}"
+        ) from None
+    return True

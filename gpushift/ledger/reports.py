@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..model import SwitchRecord
+from ..model import Outcome, SwitchRecord
 from .diff import describe_change, diff_records, is_launch, launch_argv, launch_facts, launch_info, sub
 from .reader import LedgerReader
 from .text import command_line, duration, local_time, md, one_line, short, size, stamp, table
@@ -54,7 +54,9 @@ def format_list(rows: list[SwitchRecord], pending_ids: set[int | None]) -> str:
             [
                 rid,
                 local_time(r.started_at),
-                f"{r.from_backend or '-'} → {r.to_backend}",
+                f"{r.from_backend or '-'} → {r.to_backend}"
+                if r.outcome != Outcome.CHAIN_BREAK.value
+                else "(new chain)",
                 r.outcome,
                 duration(r),
                 r.trigger,

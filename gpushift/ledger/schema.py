@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Callable
 
 from ..errors import LedgerError
+from .breaks import is_corrupt
 from .chain import GENESIS_HASH, row_hash, select_chain_row
 from .files import DIR_MODE, create_private_file
 from .rows import new_key
@@ -165,20 +166,40 @@ def connect_reader(db_path: str, timeout_s: float) -> sqlite3.Connection:
     """
     uri = "file:" + _uri_path(os.path.abspath(db_path))
     try:
-        conn = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=timeout_s, check_same_thread=False)
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return conn
-    except sqlite3.OperationalError:
-        pass
+        return _open_checked(uri + "?mode=ro", timeout_s)
+    except sqlite3.DatabaseError as e:
+        if is_corrupt(e):
+            raise LedgerError(not_a_database(db_path, e)) from None
     # A reader that may not create the -shm/-wal files next to the database (a group member,
     # the daemon not running, so SQLite removed them at its last close): with no WAL around,
     # the main file alone is the whole database, and immutable=1 reads it without them.
     try:
-        conn = sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, check_same_thread=False)
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return conn
+        return _open_checked(uri + "?mode=ro&immutable=1", timeout_s)
     except sqlite3.Error as e:
+        if is_corrupt(e):
+            raise LedgerError(not_a_database(db_path, e)) from None
+        if os.path.exists(db_path) and not os.access(db_path, os.R_OK):
+            raise LedgerError(f"cannot read the ledger {db_path}: permission denied") from None
         raise LedgerError(f"cannot open the ledger {db_path}: {e}") from None
+
+
+def _open_checked(uri: str, timeout_s: float) -> sqlite3.Connection:
+    """Open ``uri`` and read its schema (SQLite opens lazily); closed again when that fails."""
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def not_a_database(db_path: str, e: BaseException) -> str:
+    """The one line for a ledger file SQLite cannot read as a database."""
+    return (
+        f"the ledger {db_path} is not a database ({e}); the daemon moves it aside and starts a new "
+        f"chain when it next writes"
+    )
 
 
 def _uri_path(path: str) -> str:

@@ -6,6 +6,10 @@ the record's key (the ``uuid`` column) so that landing it twice updates one row,
 time of its first attempt, which orders the replay.  A file that is not an entry this code wrote, or
 a record the database refuses for what it is, is set aside as ``<name>.bad`` for a person, out of the
 replay's way; the log line says where.
+
+The spool is bounded (``max_records``, ``max_bytes``): a record that does not fit is not kept, and
+its one log line (``ledger_record_lost``) carries the whole record.  Every record kept has such a
+line too (``ledger_pending``), so a spool lost with ``/run`` at a reboot is still in the journal.
 """
 
 from __future__ import annotations
@@ -27,6 +31,14 @@ SPOOL_SUBDIR = "ledger-pending"
 #: ``emit(level, event, **fields)``: one structured log line.
 Emit = Callable[..., None]
 
+#: At most this many records wait in the spool (months of switches at a few a day).
+DEFAULT_MAX_RECORDS = 1000
+#: ... and at most this many bytes of record files (``/run`` is memory).
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+
+#: The ``op`` of the first record of a new chain (``breaks.py``): it replays before every other.
+CHAIN_BREAK_OP = "chain_break"
+
 
 class Spool:
     """Pending records, in memory and (when there is a runtime directory) on disk.
@@ -37,14 +49,29 @@ class Spool:
         emit: where log lines go (``emit(level, event, **fields)``).
         readonly: a reader's view (``gpushift ledger``): the files are read afresh at every look,
             never written, removed or set aside.
+        max_records, max_bytes: the bound; a record beyond it is logged (``ledger_record_lost``)
+            and not kept.
     """
 
-    def __init__(self, runtime_dir: str | None, group: str | None, emit: Emit, readonly: bool) -> None:
+    def __init__(
+        self,
+        runtime_dir: str | None,
+        group: str | None,
+        emit: Emit,
+        readonly: bool,
+        max_records: int = DEFAULT_MAX_RECORDS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
         self.dir = os.path.join(runtime_dir, SPOOL_SUBDIR) if runtime_dir is not None else None
         self.group = group
         self.readonly = readonly
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        #: Records not kept because the spool was full (since this process started).
+        self.lost = 0
         self._emit = emit
         self._pending: dict[str, dict[str, Any]] = {}  # key -> entry
+        self._sizes: dict[str, int] = {}  # key -> bytes of its file
         self._next_provisional = -1
         # Guards _pending against readers on other threads (status): they must never wait for the
         # ledger's write lock, which a write holds while SQLite waits up to its lock timeout.
@@ -59,6 +86,7 @@ class Spool:
             with self._lock:
                 for entry in entries:
                     self._pending[entry["uuid"]] = entry
+                    self._sizes[entry["uuid"]] = len(record_json(entry).encode("utf-8"))
                     pid = entry.get("provisional_id")
                     if isinstance(pid, int) and pid < 0:
                         self._next_provisional = min(self._next_provisional, pid - 1)
@@ -85,6 +113,11 @@ class Spool:
     def get(self, key: str) -> dict[str, Any] | None:
         return self._pending.get(key)
 
+    def pending_break(self) -> dict[str, Any] | None:
+        """The first record of a new chain, while it waits to be written (None when none does)."""
+        with self._lock:
+            return next((e for e in self._pending.values() if e.get("op") == CHAIN_BREAK_OP), None)
+
     def __contains__(self, key: object) -> bool:
         return key in self._pending
 
@@ -99,16 +132,23 @@ class Spool:
         provisional_id: int | None,
         op: str,
         error: BaseException | None,
-    ) -> None:
+    ) -> bool:
         """Keep record ``d`` that could not be written: in memory, in its file, and in the log.
 
         It replaces an earlier entry of the same key and keeps that entry's place in the replay.
+        ``op`` ``chain_break`` (the first row of a new chain) goes before every other entry and is
+        kept whatever the bound.  Returns False when the record did not fit: it is then only in the
+        log (``ledger_record_lost``, with the whole record), and an earlier state of it is dropped.
         """
         prev = self._pending.get(key)
+        if op == CHAIN_BREAK_OP:
+            seq = min([e["seq"] for e in self._pending.values()] + [time.time_ns()]) - 1
+        else:
+            seq = prev["seq"] if prev else time.time_ns()  # keeps the order of first attempts
         entry = {
             "format": 1,
             "uuid": key,
-            "seq": prev["seq"] if prev else time.time_ns(),  # keeps the order of first attempts
+            "seq": seq,
             "op": op,
             "row_id": row_id,
             "provisional_id": provisional_id,
@@ -116,9 +156,14 @@ class Spool:
             "error": f"{type(error).__name__}: {error}" if error is not None else (prev or {}).get("error"),
             "record": dict(d),
         }
+        data = record_json(entry).encode("utf-8")
+        if op != CHAIN_BREAK_OP and not self._fits(key, len(data)):
+            self._lose(key, entry)
+            return False
         with self._lock:
             self._pending[key] = entry
-        spooled = self._write_file(entry)
+            self._sizes[key] = len(data)
+        spooled = self._write_file(key, data)
         # The journal line carries the whole record: the last resort if /run is lost too.
         self._emit(
             "warning",
@@ -129,6 +174,33 @@ class Spool:
             error=entry["error"],
             pending=len(self._pending),
             spool=spooled,
+            record=entry["record"],
+        )
+        return True
+
+    def _fits(self, key: str, size: int) -> bool:
+        with self._lock:
+            records = len(self._pending) + (0 if key in self._pending else 1)
+            total = sum(self._sizes.values()) - self._sizes.get(key, 0) + size
+        return records <= self.max_records and total <= self.max_bytes
+
+    def _lose(self, key: str, entry: Mapping[str, Any]) -> None:
+        """The spool is full: the record's one line in the journal is all that remains of it."""
+        with self._lock:
+            dropped = self._pending.pop(key, None) is not None  # an earlier state of the same record
+            self._sizes.pop(key, None)
+            self.lost += 1
+        if dropped:
+            self._unlink(key)
+        self._emit(
+            "error",
+            "ledger_record_lost",
+            uuid=key,
+            op=entry["op"],
+            id=entry["row_id"] or entry["provisional_id"],
+            error=entry["error"],
+            why=f"the pending spool is full (at most {self.max_records} records, {self.max_bytes} bytes)",
+            lost=self.lost,
             record=entry["record"],
         )
 
@@ -159,12 +231,14 @@ class Spool:
             landed(key, entry, row_id)
             with self._lock:
                 del self._pending[key]
+                self._sizes.pop(key, None)
             self._unlink(key)
         return quarantined
 
     def _set_aside(self, key: str, e: BaseException) -> None:
         with self._lock:
             entry = self._pending.pop(key)
+            self._sizes.pop(key, None)
         path = self._file(key)
         kept = None
         if path is not None and os.path.exists(path):
@@ -185,14 +259,15 @@ class Spool:
     def _file(self, key: str) -> str | None:
         return os.path.join(self.dir, f"{key}.json") if self.dir else None
 
-    def _write_file(self, entry: Mapping[str, Any]) -> str | None:
-        """Write ``entry`` to its file; return the path (None: no spool directory, or it failed)."""
-        path = self._file(entry["uuid"])
+    def _write_file(self, key: str, data: bytes) -> str | None:
+        """Write an entry's ``data`` to its file; return the path (None: no spool directory, or it
+        failed)."""
+        path = self._file(key)
         if path is None or self.dir is None:
             return None
         try:
             os.makedirs(self.dir, mode=DIR_MODE, exist_ok=True)
-            write_file_atomic(path, record_json(entry).encode("utf-8"), self.group)
+            write_file_atomic(path, data, self.group)
         except OSError as e:
             self._emit("error", "ledger_spool_failed", path=path, error=str(e))
             return None

@@ -23,6 +23,10 @@ Three promises, each with its mechanism:
   replayed late, ``mark_interrupted`` of an old row), the rows after it are re-linked, but only
   after checking that that part of the chain is intact, so a rewrite never blesses an edit made
   behind gpushift's back.
+* **A broken database never stops the writer** (``breaks.py``).  A file that is not a database is
+  moved aside, a database deleted or replaced under the writer is noticed (its identity is checked
+  before each write and at every ``flush_pending``), and a new chain starts whose first row records
+  the break; until the new database takes writes, records wait in the spool.
 """
 
 from __future__ import annotations
@@ -34,16 +38,17 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import LedgerError
 from ..model import Outcome, SwitchRecord
+from . import breaks
 from .chain import HeadFile, db_head, insert_row, rewrite_row
 from .reader import LedgerReader
 from .rows import interrupted, new_key, row_values, utc_text
 from .schema import SCHEMA_VERSION, connect_writer, rollback
-from .spool import Spool
+from .spool import CHAIN_BREAK_OP, DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, Spool
 
 #: What "the database cannot be written" looks like at this edge.  Everything else is a bug.
 _WRITE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError, LedgerError)
@@ -52,6 +57,11 @@ DEFAULT_GROUP = "gpushift"
 DEFAULT_LOCK_TIMEOUT_S = 5.0
 
 _PENDING_ROWS = "SELECT id, uuid, record FROM switches WHERE outcome = ? ORDER BY id"
+
+
+def _ident(d: Mapping[str, Any]) -> tuple[str, str]:
+    """Which switch a record is (its start and ticket), whatever id it has had in which chain."""
+    return (utc_text(d.get("started_at")) or "", str(d.get("ticket") or ""))
 
 
 class SqliteLedger(LedgerReader):
@@ -74,6 +84,8 @@ class SqliteLedger(LedgerReader):
         connect_hook: called with every new writer connection (tests use it for
             ``PRAGMA max_page_count`` to simulate a full disk).  After a failed write the
             connection is dropped, so the next attempt runs the hook again.
+        spool_max_records, spool_max_bytes: the bound of the pending spool; a record beyond it
+            is only logged (``ledger_record_lost``, with the whole record).
     """
 
     def __init__(
@@ -87,6 +99,8 @@ class SqliteLedger(LedgerReader):
         group: str | None = DEFAULT_GROUP,
         readonly: bool = False,
         connect_hook: Callable[[sqlite3.Connection], None] | None = None,
+        spool_max_records: int = DEFAULT_MAX_RECORDS,
+        spool_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self._log = log
         path = os.fspath(db_path)
@@ -94,23 +108,27 @@ class SqliteLedger(LedgerReader):
             head_path = os.path.join(os.path.dirname(os.path.abspath(path)), "ledger.head")
         head = HeadFile(os.fspath(head_path), group, self._emit)
         runtime_dir = os.fspath(spool_dir) if spool_dir is not None else None
-        super().__init__(path, head, Spool(runtime_dir, group, self._emit, readonly), lock_timeout_s)
+        spool = Spool(runtime_dir, group, self._emit, readonly, spool_max_records, spool_max_bytes)
+        super().__init__(path, head, spool, lock_timeout_s)
         self.readonly = readonly
         self.group = group
         self._connect_hook = connect_hook
         self._wlock = threading.RLock()  # one write at a time, in this process
         self._conn: sqlite3.Connection | None = None
-        self._keys: dict[int, str] = {}  # row id or provisional id -> key, for finish()
+        self._keys: dict[tuple[str, str], str] = {}  # which switch (_ident) -> its key, for finish()
         self._replayed_total = 0
         self._error: str | None = None
         self._head_checked = False
+        self._db_file = breaks.DbFile(path)
+        self._last_head: dict[str, Any] | None = None  # the head of this writer's last open or write
+        self._corrupt: str | None = None  # a write found the open database corrupt: break at reopen
+        #: The break this writer recorded (``extra["chain_break"]`` of the new chain's first row).
+        self.chain_break: dict[str, Any] | None = None
         entries = self._spool.load()
         if readonly:
             return
         for entry in entries:
-            pid = entry.get("provisional_id")
-            if isinstance(pid, int) and pid < 0:
-                self._keys[pid] = entry["uuid"]
+            self._keys[_ident(entry["record"])] = entry["uuid"]
         if entries:
             self._error = f"{len(entries)} record(s) pending in {self.spool_dir}"
         # A restarted daemon lands what its predecessor could not write.
@@ -133,21 +151,33 @@ class SqliteLedger(LedgerReader):
         super().close()
 
     def health(self) -> dict[str, Any]:
-        """``{"state": "ok"|"degraded", "pending": N, "error": str|None, "alarm": str|None}``.
+        """``{"state": "ok"|"degraded", "pending": N, "error": str|None, "alarm": str|None}``, and
+        where they say something: ``reason``, ``chain_break``, ``lost``.
 
+        ``reason`` (while degraded) is a few words for the status line (``disk full, 2 pending``).
         ``alarm`` is a tamper alarm (the head file disagreed with the database at a write); it does
         not make the ledger degraded (it still writes) but ``verify`` fails while it stands.
+        ``chain_break`` is the break this writer recorded (``breaks.py``); ``lost`` how many records
+        the full spool could not keep (each one is in the log, ``ledger_record_lost``).
         """
         pending = len(self._spool.entries())
         error = self._error
         state = "degraded" if pending or error else "ok"
         alarm = self._head.alarm
-        return {
+        out: dict[str, Any] = {
             "state": state,
             "pending": pending,
             "error": error,
             "alarm": None if alarm is None else str(alarm.get("what")),
         }
+        if state != "ok":
+            short = _short_reason(error)
+            out["reason"] = ", ".join(x for x in (short, f"{pending} pending" if pending else "") if x)
+        if self.chain_break is not None:
+            out["chain_break"] = self.chain_break
+        if self._spool.lost:
+            out["lost"] = self._spool.lost
+        return out
 
     # ----------------------------------------------------------------- the port: writes
 
@@ -158,17 +188,16 @@ class SqliteLedger(LedgerReader):
         """
         key = new_key()
         with self._wlock:
+            self._keys[_ident(record.to_dict())] = key
             try:
                 row_id = self._write_with_replay(key, record.to_dict(), row_id=None, op="begin")
             except Exception as e:  # noqa: BLE001 - the switcher's record is never lost to an exception
                 pid = self._spool.new_provisional_id()
                 record.id = pid
-                self._keys[pid] = key
                 self._note_error(e)
                 self._spool.queue(key, record.to_dict(), row_id=None, provisional_id=pid, op="begin", error=e)
                 return pid
             record.id = row_id
-            self._keys[row_id] = key
             return row_id
 
     def finish(self, record: SwitchRecord) -> None:
@@ -179,11 +208,12 @@ class SqliteLedger(LedgerReader):
         """
         with self._wlock:
             rid = record.id
-            key = self._keys.get(rid) if rid is not None else None
+            ident = _ident(record.to_dict())
+            key = self._keys.get(ident)
             row_id = rid if rid is not None and rid > 0 else None
             if key is None:
-                key = self._key_of_row(row_id) if row_id is not None else None
-                key = key or new_key()
+                key = self._key_of_row(row_id, ident) if row_id is not None else None
+                key = self._keys[ident] = key or new_key()
             if rid is not None and rid < 0 and rid in self._landed:
                 row_id = self._landed[rid]
             try:
@@ -203,7 +233,6 @@ class SqliteLedger(LedgerReader):
             if rid is not None and rid < 0:
                 self._landed[rid] = new_id
             record.id = new_id
-            self._keys[new_id] = key
 
     def mark_interrupted(self, now: datetime) -> builtins.list[int]:
         """Mark every unfinished row (and pending spooled record) ``interrupted``; return their ids.
@@ -252,7 +281,7 @@ class SqliteLedger(LedgerReader):
         """The database can be read but not written: queue the interrupted rows for later."""
         try:
             rows = self._fetch(_PENDING_ROWS, (Outcome.PENDING.value,))
-        except LedgerError as e:
+        except (LedgerError, sqlite3.Error) as e:
             self._emit("error", "ledger_interrupt_failed", error=str(e))
             return []
         out = []
@@ -292,13 +321,22 @@ class SqliteLedger(LedgerReader):
     # ----------------------------------------------------------------- writing
 
     def _write_with_replay(self, key: str, d: Mapping[str, Any], row_id: int | None, op: str) -> int:
-        """Replay pending records first (their rows are older), then write this one."""
+        """Replay pending records first (their rows are older), then write this one.  A write
+        that finds the database corrupt is tried once more, in the new chain."""
+        self._replay()
+        try:
+            return self._write(key, d, row_id=row_id, op=op)
+        except sqlite3.DatabaseError as e:
+            if not breaks.is_corrupt(e):
+                raise
         self._replay()
         return self._write(key, d, row_id=row_id, op=op)
 
     def _replay(self) -> None:
+        # First the database itself: it opens, it is still the file this writer opened (a break
+        # found here queues the new chain's first row before every pending record).
+        self._writer()
         if not len(self._spool):
-            self._writer()  # still proves the database opens
             return
 
         def write(key: str, entry: dict[str, Any]) -> int:
@@ -308,8 +346,7 @@ class SqliteLedger(LedgerReader):
             pid = entry.get("provisional_id")
             if pid is not None:
                 self._landed[pid] = row_id
-                self._keys[pid] = key
-            self._keys[row_id] = key
+            self._keys[_ident(entry["record"])] = key
             self._replayed_total += 1
 
         quarantined = self._spool.flush(write, landed, _is_unavailable)
@@ -320,8 +357,9 @@ class SqliteLedger(LedgerReader):
         )
 
     def _write(self, key: str, d: Mapping[str, Any], row_id: int | None, op: str) -> int:
-        """Insert or rewrite one row in one transaction; the head file is written before COMMIT."""
-        conn = self._writer()
+        """Insert or rewrite one row in one transaction; the head file names the new head with
+        ``prev`` before COMMIT and alone after it."""
+        conn = self._writer(allow_break=False)  # _replay, just before, looked at the file
         head_before: dict[str, Any] | None = None
         head_written = False
         try:
@@ -347,7 +385,11 @@ class SqliteLedger(LedgerReader):
                     self._head.write(head_before, None)
             if isinstance(e, _WRITE_ERRORS):
                 self._note_error(e)
+            if breaks.is_corrupt(e):
+                self._corrupt = f"{type(e).__name__}: {e}"  # the next open moves the file aside
             raise
+        self._head.settle(head_after)
+        self._last_head = head_after
         self._error = None
         rec = row_values(d, new_id, key, "")
         self._emit(
@@ -384,36 +426,134 @@ class SqliteLedger(LedgerReader):
                 return int(row[0]), str(row[1])
         return None
 
-    def _key_of_row(self, row_id: int) -> str | None:
+    def _key_of_row(self, row_id: int, ident: tuple[str, str]) -> str | None:
+        """The key of row ``row_id`` when that row is the same switch (after a restart, or in a
+        new chain, the id may name another one)."""
         try:
-            row = self._fetch("SELECT uuid FROM switches WHERE id = ?", (row_id,))
+            row = self._fetch("SELECT uuid, started_at, ticket FROM switches WHERE id = ?", (row_id,))
         except (sqlite3.Error, LedgerError):
             return None
-        return str(row[0][0]) if row and row[0][0] else None
+        if not row or not row[0][0] or (row[0][1], row[0][2]) != ident:
+            return None
+        return str(row[0][0])
 
     # ----------------------------------------------------------------- the write connection
 
-    def _writer(self) -> sqlite3.Connection:
+    def _writer(self, allow_break: bool = True) -> sqlite3.Connection:
+        """The write connection, opened (and migrated) when there is none.
+
+        With ``allow_break`` it first checks that the path still names the file it opened, and
+        a database that is deleted, replaced or not a database starts a new chain (``breaks.py``).
+        """
         if self.readonly:
             raise LedgerError("the ledger was opened read-only")
-        if self._conn is not None:
+        if self._conn is not None and not allow_break:
             return self._conn
-        conn, old = connect_writer(self.db_path, self.lock_timeout_s, self.group, self._connect_hook)
+        moved = self._db_file.moved() if allow_break else None
+        if self._conn is not None and moved is None:
+            return self._conn
+        if moved is not None:
+            self._new_chain(moved, None)
+        elif allow_break and self._corrupt is not None:
+            self._new_chain(breaks.CORRUPT, self._corrupt)
+        try:
+            return self._open(allow_break)
+        except sqlite3.DatabaseError as e:
+            if not (allow_break and breaks.is_corrupt(e)):
+                raise
+            self._new_chain(breaks.CORRUPT, f"{type(e).__name__}: {e}")
+            return self._open(allow_break)
+
+    def _open(self, allow_break: bool) -> sqlite3.Connection:
+        """Connect, migrate, and hold the head file against the database."""
+        created = not os.path.exists(self.db_path)
+        conn, old = self._connect()
         try:
             if old < SCHEMA_VERSION:
                 self._emit(
                     "info", "ledger_migrated", path=self.db_path, from_version=old, to_version=SCHEMA_VERSION
                 )
-            self._conn = conn
+            head = db_head(conn)
+            if head["id"] == 0:
+                if (
+                    created
+                    and allow_break
+                    and self._spool.pending_break() is None
+                    and self._head.names_lost_rows(head)
+                ):
+                    # No database where the head file names rows: it was deleted.  (Rows deleted
+                    # from a database that is there are an edit: check_at_open raises the alarm.)
+                    reason = breaks.DELETED if self._db_file.id is not None else breaks.MISSING
+                    self._new_chain(reason, None, connected=True)
+                if self._spool.pending_break() is not None:
+                    self._head.restart()
+                    self._head_checked = False
             if not self._head_checked:
                 self._head_checked = True
-                self._head.check_at_open(db_head(conn), migrated=old < SCHEMA_VERSION)
+                self._head.check_at_open(head, migrated=old < SCHEMA_VERSION)
+            self._db_file.opened()
+            self._last_head = head
+            self._conn = conn
         except BaseException:
             self._conn = None
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
             raise
         return conn
+
+    def _connect(self) -> tuple[sqlite3.Connection, int]:
+        if not os.path.exists(self.db_path):
+            # A -wal/-shm without their database belong to a file that is gone: a new database
+            # must not replay them.
+            breaks.move_aside(
+                self.db_path, breaks.MISSING, datetime.now(timezone.utc), main=False, own_wal=False
+            )
+        return connect_writer(self.db_path, self.lock_timeout_s, self.group, self._connect_hook)
+
+    def _new_chain(self, reason: str, error: str | None, connected: bool = False) -> None:
+        """The database broke (``breaks.py``): close it, move a bad file aside, and queue the new
+        chain's first row (before every pending record).  A break already waiting to land is
+        kept, not doubled (the daemon restarted, or the new file broke again before it landed).
+
+        Raises:
+            LedgerError: the file cannot be moved aside (read-only directory): nothing changed,
+                the records wait in the spool and the next write tries again.
+        """
+        self._drop_writer()
+        LedgerReader.close(self)  # a reader on the old file would show the old rows
+        at = datetime.now(timezone.utc)
+        moved_to = None
+        if not connected:
+            try:
+                moved_to = breaks.move_aside(
+                    self.db_path,
+                    reason,
+                    at,
+                    main=reason in (breaks.CORRUPT, breaks.REPLACED),
+                    own_wal=reason == breaks.CORRUPT,
+                )
+            except OSError as e:
+                raise LedgerError(
+                    f"the ledger {self.db_path} is {reason} and cannot be moved aside: {e}"
+                ) from None
+        self._db_file.id = None
+        self._corrupt = None
+        self._landed.clear()  # provisional ids that landed in the old chain name other rows now
+        pending = self._spool.pending_break()
+        old = breaks.old_head(self._head.read(), self._last_head)
+        info = breaks.break_info(reason, self.db_path, moved_to, old, error, at)
+        self._emit("error", "ledger_chain_break", again=pending is not None, **info)
+        if pending is not None:
+            return
+        self.chain_break = info
+        self._spool.queue(
+            new_key(),
+            breaks.break_record(info, ticket="chain-break-" + new_key()[:12]),
+            row_id=None,
+            provisional_id=None,
+            op=CHAIN_BREAK_OP,
+            error=None,
+        )
 
     def _drop_writer(self) -> None:
         # After a failure the connection may carry a state (max_page_count, a broken WAL handle);
@@ -425,6 +565,28 @@ class SqliteLedger(LedgerReader):
 
     def _note_error(self, e: BaseException) -> None:
         self._error = f"{type(e).__name__}: {e}"
+        where = os.path.dirname(os.path.abspath(self.db_path))
+        if "unable to open" in str(e) and os.path.isdir(where) and not os.access(where, os.W_OK):
+            self._error += f" ({where} is read-only)"  # SQLite cannot say why: WAL needs -shm there
+
+
+def _short_reason(error: str | None) -> str:
+    """A few words for the status line from a write error's text."""
+    if not error:
+        return ""
+    low = error.lower()
+    if "cannot be moved aside" in low:
+        return "a bad database cannot be moved aside"
+    for words, reason in (
+        (("disk is full", "no space left"), "disk full"),
+        (("readonly", "read-only"), "read-only"),
+        (("is locked", "is busy"), "locked"),
+        (("not a database", "malformed", " is corrupt "), "not a database"),
+        (("permission denied", "unable to open"), "cannot open the database"),
+    ):
+        if any(w in low for w in words):
+            return reason
+    return error.split(":", 1)[0]
 
 
 def _is_unavailable(e: BaseException) -> bool:

@@ -1,7 +1,9 @@
 """L2: the schedule file (crontab(5) semantics) → "which backend is in effect now" and "what comes next".
 
 The file is a small crontab: comment lines, one optional ``TZ=Area/City`` line before the first entry,
-and entries ``minute hour day-of-month month day-of-week backend``.  Everything outside this package
+entries ``minute hour day-of-month month day-of-week backend``, and calendar exceptions
+``except FROM .. UNTIL backend [NAME]`` (one-off date ranges that take precedence over the entries
+while they are in force).  Everything outside this package
 sees plain aware datetimes: :meth:`Schedule.in_effect`, :meth:`Schedule.next`,
 :meth:`Schedule.next_boundary`, :meth:`Schedule.next_change`.
 
@@ -9,9 +11,12 @@ The package, one job a module:
 
 * ``parse`` -- the file's text → :class:`Schedule` (:func:`parse_schedule`, :func:`load_schedule`):
   lines, fields, @-forms, the ``TZ=`` line, errors naming file, line and field.
+* ``parse_span`` -- one ``except`` line → :class:`Span` (FROM, UNTIL, backend, NAME; no overlap).
 * ``entry`` -- :class:`Entry`, one parsed line, and which calendar days and minutes it matches.
-* ``evaluate`` -- :class:`Schedule` and :class:`Fire`: in effect, next, next boundary, next change;
-  the one DST rule mapping a wall-clock time to an instant; the calendar search.
+* ``span`` -- :class:`Span`, one calendar exception: its instants, its NAME, the Entry it shows as.
+* ``evaluate`` -- :class:`Schedule` and :class:`Fire`: in effect, next, next boundary, next change,
+  with the calendar exceptions laid over the entries; the one DST rule mapping a wall-clock time to
+  an instant; the calendar search.
 * ``zones`` -- zone names and the host's zone (:func:`host_timezone`).
 
 Why the fire times are computed here, per field, instead of through APScheduler's ``CronTrigger``
@@ -29,6 +34,7 @@ from __future__ import annotations
 from .entry import Entry
 from .evaluate import UTC, Fire, Schedule
 from .parse import DEFAULT_SCHEDULE_PATH, FIELD_NAMES, load_schedule, parse_schedule
+from .span import Span
 from .zones import host_timezone
 
 __all__ = [
@@ -38,6 +44,7 @@ __all__ = [
     "Entry",
     "Fire",
     "Schedule",
+    "Span",
     "host_timezone",
     "load_schedule",
     "parse_schedule",

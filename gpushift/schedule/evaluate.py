@@ -6,6 +6,9 @@ the instant itself; the first occurrence when the time exists twice (fall-back n
 instant after the gap when it does not exist (spring-forward night).  That mapping never goes
 backwards in time, so "the latest fire at or before T" and "the first fire after T" are both exact
 searches over the calendar and always agree with each other.
+
+Calendar exceptions (:class:`Span`) are laid over the weekly entries: while one is in force its
+backend is in effect and the entries are silent; its start and its end are boundaries like a fire.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from .entry import Entry
+from .span import Span
 
 UTC = timezone.utc
 _MINUTE = timedelta(minutes=1)
@@ -32,11 +36,43 @@ _CHANGE_SEARCH_FIRES = 2000
 
 @dataclass(frozen=True)
 class Fire:
-    """The schedule switching to ``target`` at instant ``at`` (aware, UTC) because ``entry`` fired."""
+    """The schedule switching to ``target`` at instant ``at`` (aware, UTC) because ``entry`` fired.
+
+    ``span`` is the calendar exception behind the fire, if any:
+
+    * ``ends`` False: the exception begins at ``at`` (its start) and is in force; ``entry`` is the
+      span's own (``span.entry``: its line, fields ``except 2026-12-24..2026-12-31``).
+    * ``ends`` True: the exception ended at ``at`` (its end); ``entry`` is the weekly entry in effect
+      again, the one that fired most recently at or before the end.
+    """
 
     entry: Entry
     at: datetime
     target: str
+    span: Span | None = None
+    ends: bool = False
+
+    @property
+    def in_force(self) -> Span | None:
+        """The calendar exception in force from this fire on (``None`` outside any, and at an end)."""
+        return None if self.ends else self.span
+
+    @property
+    def exception(self) -> str | None:
+        """The calendar exception in force: its NAME, else its dates; ``None`` outside any."""
+        return self.in_force.label if self.in_force is not None else None
+
+    def describe(self) -> str:
+        """Why the schedule wants ``target``: one line for logs and the ledger's reason."""
+        e, at = self.entry, self.at.isoformat()
+        if self.span is None:
+            return f"schedule line {e.line} ({e.fields}) fired at {at}"
+        if not self.ends:
+            return f"schedule line {e.line} ({e.fields}) fired at {at} (calendar exception {self.span.label})"
+        return (
+            f"schedule line {e.line} ({e.fields}) in effect again at {at} "
+            f"(calendar exception {self.span.label} on line {self.span.line} ended)"
+        )
 
 
 @dataclass(frozen=True)
@@ -44,42 +80,65 @@ class Schedule:
     """A parsed schedule file.
 
     ``tz`` is the zone every entry is read in (the file's ``TZ=`` line, else the host's zone);
-    ``tz_line`` is that line's number, or ``None`` when the host's zone is used.
+    ``tz_line`` is that line's number, or ``None`` when the host's zone is used.  ``spans`` are the
+    calendar exceptions (``except`` lines), in time order, never overlapping.
     """
 
     path: str
     tz: ZoneInfo
     entries: tuple[Entry, ...]
     tz_line: int | None = None
+    spans: tuple[Span, ...] = ()
 
     @property
     def targets(self) -> frozenset[str]:
         """Every backend name (and ``off``) the schedule can switch to."""
-        return frozenset(e.target for e in self.entries)
+        return frozenset(e.target for e in self.entries) | frozenset(s.target for s in self.spans)
+
+    # ---------------------------------------------------------------- calendar exceptions
+
+    def span_at(self, at: datetime) -> Span | None:
+        """The calendar exception in force at ``at`` (``start <= at < end``), if any."""
+        at_utc = _as_utc(at)
+        i = bisect_right([s.start for s in self.spans], at_utc) - 1
+        return self.spans[i] if i >= 0 and at_utc < self.spans[i].end else None
+
+    def passed(self, at: datetime) -> tuple[Span, ...]:
+        """The calendar exceptions that ended at or before ``at``: they change nothing any more."""
+        at_utc = _as_utc(at)
+        return tuple(s for s in self.spans if s.end <= at_utc)
+
+    def _last_ended(self, at: datetime) -> Span | None:
+        i = bisect_right([s.end for s in self.spans], at) - 1
+        return self.spans[i] if i >= 0 else None
+
+    def _next_start(self, after: datetime) -> Span | None:
+        i = bisect_right([s.start for s in self.spans], after)
+        return self.spans[i] if i < len(self.spans) else None
+
+    # ---------------------------------------------------------------- the questions
 
     def in_effect(self, at: datetime) -> Fire | None:
         """The fire that decides what runs at ``at``: the latest one at or before ``at``.
 
-        Any entry counts, however rarely it fires.  When several entries fire at the same instant the
-        later written time wins, then the later line (see :meth:`next`).  ``None`` when no entry has
-        ever fired (an empty schedule).
+        Inside a calendar exception, its start.  Otherwise the latest fire of any entry, however
+        rarely it fires; when several entries fire at the same instant the later written time wins,
+        then the later line (see :meth:`next`).  When an exception ended after that fire (at or
+        before ``at``), the fire is the exception's end, naming that entry.  ``None`` when no entry
+        has ever fired (an empty schedule).
 
         Args:
             at: an aware datetime (any zone; compared in UTC).
         """
         at_utc = _as_utc(at)
-        best: tuple[datetime, datetime, int] | None = None
-        winner: Entry | None = None
-        for e in self.entries:
-            p = _prev_fire(e, self.tz, at_utc)
-            if p is None:
-                continue
-            key = (p[0], p[1], e.line)
-            if best is None or key > best:
-                best, winner = key, e
-        if best is None or winner is None:
-            return None
-        return Fire(winner, best[0], winner.target)
+        span = self.span_at(at_utc)
+        if span is not None:
+            return Fire(span.entry, span.start, span.target, span)
+        fire = self._weekly_in_effect(at_utc)
+        ended = self._last_ended(at_utc)
+        if fire is not None and ended is not None and fire.at <= ended.end:
+            return Fire(fire.entry, ended.end, fire.target, ended, ends=True)
+        return fire
 
     def next(self, after: datetime, n: int) -> list[Fire]:
         """The next ``n`` fires strictly after ``after``, in time order, one per instant.
@@ -87,28 +146,45 @@ class Schedule:
         When several entries fire at the same instant only one fire is listed: the entry whose
         written time is later wins (this only differs on a spring-forward night, where several
         written times collapse onto the first instant after the gap), and among equal written times
-        the later line in the file wins.  A fire may name the backend that is already in effect.
+        the later line in the file wins.  A calendar exception's start beats any entry at that
+        instant; entries firing inside it are not listed; its end is listed (as the fire of the
+        entry in effect again).  A fire may name the backend that is already in effect.
 
         Args:
             after: an aware datetime (any zone; compared in UTC).
             n: how many fires to return (fewer only if the calendar ends, i.e. year 9999).
         """
-        after_utc = _as_utc(after)
-        heads: list[datetime | None] = [_next_fire(e, self.tz, after_utc) for e in self.entries]
+        t = _as_utc(after)
+        heads: list[datetime | None] = [_next_fire(e, self.tz, t) for e in self.entries]
         out: list[Fire] = []
         while len(out) < n:
+            span = self.span_at(t)
+            if span is not None:  # nothing happens until its end
+                t = span.end
+                heads = [_next_fire(e, self.tz, t) for e in self.entries]
+                fire = self.in_effect(t)  # the entry in effect again, or an exception starting there
+                if fire is not None:
+                    out.append(fire)
+                continue
             live = [u for u in heads if u is not None]
-            if not live:
+            u = min(live) if live else None
+            coming = self._next_start(t)
+            if coming is not None and (u is None or coming.start <= u):
+                out.append(Fire(coming.entry, coming.start, coming.target, coming))
+                t = coming.start
+                continue
+            if u is None:
                 break
-            t = min(live)
-            group = [i for i, u in enumerate(heads) if u == t]
-            out.append(self._winner(group, t))
+            group = [i for i, h in enumerate(heads) if h == u]
+            out.append(self._winner(group, u))
             for i in group:
-                heads[i] = _next_fire(self.entries[i], self.tz, t)
+                heads[i] = _next_fire(self.entries[i], self.tz, u)
+            t = u
         return out
 
     def next_boundary(self, after: datetime) -> Fire | None:
-        """The next instant strictly after ``after`` at which the schedule speaks (any entry fires).
+        """The next instant strictly after ``after`` at which the schedule speaks (any entry fires, a
+        calendar exception begins or ends).
 
         This is where a default manual override ends, and where the daemon's timer should be armed,
         even if the fire names the backend that already runs.
@@ -122,18 +198,54 @@ class Schedule:
         What ``status`` calls "the next switch".  ``None`` when no such fire exists (every entry
         names the same backend, or entries naming others are always shadowed by later lines).
         """
-        after_utc = _as_utc(after)
-        current = self.in_effect(after_utc)
+        t = _as_utc(after)
+        current = self.in_effect(t)
         target = current.target if current else None
+        while True:
+            span = self.span_at(t)
+            if span is not None:
+                t = span.end
+                fire = self.in_effect(t)
+                if fire is not None and fire.target != target:
+                    return fire
+                continue
+            coming = self._next_start(t)
+            fire = self._weekly_change(t, target, coming.start if coming else None)
+            if fire is not None or coming is None:
+                return fire
+            if coming.target != target:
+                return Fire(coming.entry, coming.start, coming.target, coming)
+            t = coming.start
+
+    # ---------------------------------------------------------------- the weekly entries alone
+
+    def _weekly_in_effect(self, at_utc: datetime) -> Fire | None:
+        best: tuple[datetime, datetime, int] | None = None
+        winner: Entry | None = None
+        for e in self.entries:
+            p = _prev_fire(e, self.tz, at_utc)
+            if p is None:
+                continue
+            key = (p[0], p[1], e.line)
+            if best is None or key > best:
+                best, winner = key, e
+        if best is None or winner is None:
+            return None
+        return Fire(winner, best[0], winner.target)
+
+    def _weekly_change(self, after: datetime, target: str | None, before: datetime | None) -> Fire | None:
+        """The first entry fire in ``(after, before)`` whose winner names another target than ``target``."""
         others = [e for e in self.entries if e.target != target]
-        t = after_utc
+        t = after
         for _ in range(_CHANGE_SEARCH_FIRES):
             times = [u for u in (_next_fire(e, self.tz, t) for e in others) if u is not None]
             if not times:
                 return None
             t = min(times)
+            if before is not None and t >= before:
+                return None
             # A later line firing at the same instant may name the current target again.
-            won = self.in_effect(t)
+            won = self._weekly_in_effect(t)
             if won is not None and won.target != target:
                 return won
         return None
@@ -187,6 +299,16 @@ def _to_utc(wall: datetime, tz: ZoneInfo) -> datetime:
         else:
             lo = mid
     return datetime.fromtimestamp(hi, UTC)
+
+
+def wall_to_utc(wall: datetime, tz: ZoneInfo) -> datetime:
+    """The instant (UTC) a naive wall-clock time of zone ``tz`` stands for, under the one DST rule of
+    :func:`_to_utc`: a calendar exception's FROM and UNTIL are mapped exactly as entries are.
+
+    Raises:
+        OverflowError: the time is too close to year 1 or 9999 to be mapped.
+    """
+    return _to_utc(wall.replace(second=0, microsecond=0), tz)
 
 
 def _wall(u: datetime, tz: ZoneInfo) -> datetime:

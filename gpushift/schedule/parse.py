@@ -1,5 +1,6 @@
 """L2: reading a schedule file: crontab(5) lines, their five time fields, the @-forms, the one
-``TZ=`` line; every error names the file, the line, the field and what was expected."""
+``TZ=`` line, the ``except`` lines (calendar exceptions, read by ``parse_span``); every error names
+the file, the line, the field and what was expected."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from ..errors import ConfigError
 from ..model import OFF
 from .entry import Entry
 from .evaluate import Schedule
+from .parse_span import is_except_line, parse_span
+from .span import Span
 from .zones import ZONE_KEY, host_timezone
 
 DEFAULT_SCHEDULE_PATH = "/etc/gpushift/schedule"
@@ -78,8 +81,8 @@ def parse_schedule(
     Args:
         text: the file's contents.
         path: the file name used in error messages.
-        backends: the configured backend names; every entry's target must be one of them or
-            ``off``.  ``None`` checks only that targets are well-formed names.
+        backends: the configured backend names; every entry's (and exception's) target must be
+            one of them or ``off``.  ``None`` checks only that targets are well-formed names.
         default_tz: the zone used when the file has no ``TZ=`` line; ``None`` means the host's zone
             (:func:`host_timezone`).
 
@@ -91,7 +94,9 @@ def parse_schedule(
     """
     tz: ZoneInfo | None = None
     tz_line: int | None = None
+    first_line: int | None = None  # of the first entry or exception: TZ= must come before it
     entries: list[Entry] = []
+    spans: list[Span] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -107,15 +112,32 @@ def parse_schedule(
                 raise err(name, f"unknown setting {name}= (the only setting is TZ=Area/City)")
             if tz_line is not None:
                 raise err("TZ", f"TZ= is given twice (first on line {tz_line})")
-            if entries:
-                raise err("TZ", f"TZ= must come before the first entry (line {entries[0].line})")
+            if first_line is not None:
+                raise err("TZ", f"TZ= must come before the first entry (line {first_line})")
             tz = _zone(value, err)
             tz_line = lineno
+            continue
+        if first_line is None:
+            first_line = lineno
+        if tz is None:  # no TZ= above: the default zone (a TZ= below is an error)
+            tz = default_tz if default_tz is not None else host_timezone()
+        if is_except_line(line):
+
+            def check(target: str, err: _ErrFactory = err) -> None:
+                _check_target(target, backends, err)
+
+            spans.append(parse_span(line, lineno, tz, check, err, spans))
             continue
         entries.append(_parse_entry(line, lineno, backends, err))
     if tz is None:
         tz = default_tz if default_tz is not None else host_timezone()
-    return Schedule(path=path, tz=tz, entries=tuple(entries), tz_line=tz_line)
+    return Schedule(
+        path=path,
+        tz=tz,
+        entries=tuple(entries),
+        tz_line=tz_line,
+        spans=tuple(sorted(spans, key=lambda s: s.start)),
+    )
 
 
 def load_schedule(

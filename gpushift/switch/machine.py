@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -161,12 +161,15 @@ class Switcher:
         relaunch: bool = False,
         verify_running: bool = False,
         recovery_attempt: int = 0,
+        details: Mapping[str, str] | None = None,
     ) -> str:
         """Queue a switch to ``target`` and return its ticket at once.
 
         ``relaunch``: a running target is stopped and started again through the whole gate
         (``gpushift switch X --restart``).  ``verify_running``: a running target is not taken as
-        done but health-checked and its launch recorded (crash recovery).
+        done but health-checked and its launch recorded (crash recovery).  ``details``: facts for
+        the ledger row, each under its own key in its ``extra`` (e.g. the calendar exception a
+        scheduled switch follows).
 
         Raises:
             UnknownBackend: ``target`` is neither a configured backend nor ``off``.
@@ -197,6 +200,7 @@ class Switcher:
                 relaunch=relaunch and target != OFF,
                 verify_running=verify_running,
                 recovery_attempt=recovery_attempt,
+                details=dict(details or {}),
             )
             self._run = run
             self._worker = threading.Thread(

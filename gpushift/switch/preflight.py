@@ -100,6 +100,7 @@ class Preflight:
         )
         if len(running) > 1:
             rec.extra["running_before"] = running
+        rec.extra.update(run.details)
         if run.relaunch:
             rec.extra["relaunch"] = True
         if run.recovery_attempt:

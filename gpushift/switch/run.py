@@ -66,6 +66,7 @@ class SwitchRun:
     cancelled_by: str | None = None  # honoured: the switch ended (or rolled back) because of it
     ledger_id: int | None = None
     rollback_to: str | None = None  # set once the failure policy rolls back
+    details: dict[str, str] = field(default_factory=dict)  # facts for the row's extra (named keys)
 
     @property
     def cancel_requested(self) -> bool:
@@ -116,6 +117,7 @@ class SwitchRun:
             "cancelled_by": self.cancelled_by,
             "ledger_id": self.ledger_id,
             "rollback_to": self.rollback_to,
+            "details": dict(self.details),
         }
 
     @staticmethod
@@ -142,6 +144,7 @@ class SwitchRun:
             cancelled_by=d.get("cancelled_by"),
             ledger_id=None if d.get("ledger_id") is None else int(d["ledger_id"]),
             rollback_to=d.get("rollback_to"),
+            details={str(k): str(v) for k, v in (d.get("details") or {}).items()},
         )
 
 

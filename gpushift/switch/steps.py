@@ -19,6 +19,29 @@ from ..policy import gate
 from ..ports import Ports
 from .run import StepFailed, SwitchRun
 
+#: While memory is held, who holds it is looked up at most this often (the fd scan is the slow part).
+HOLDERS_EVERY_S = 1.0
+
+#: Readiness polls at the fast cadence for this long after a start, then backs off.
+READY_FAST_S = 2.0
+
+#: Each readiness poll's own deadline: a loading server answers (or refuses) at once.
+HEALTH_TIMEOUT_S = 1.0
+
+
+def ready_interval(config: Config, waited_s: float) -> float:
+    """How long to wait before the next readiness poll, ``waited_s`` into the wait.
+
+    The fast cadence for the first :data:`READY_FAST_S` (a small model is ready in a fraction of a
+    second), then growing by half again per second waited beyond that, up to ``poll_interval_s`` (a
+    vLLM that loads for five minutes is polled twice a second, not a hundred times).
+    """
+    fast = config.daemon.fast_poll_interval_s
+    if waited_s < READY_FAST_S:
+        return fast
+    return float(min(config.daemon.poll_interval_s, fast * 1.5 ** (waited_s - READY_FAST_S + 1)))
+
+
 #: How a step reports progress: (run, phase, one line for a person).
 Report = Callable[[SwitchRun, Phase, str], None]
 
@@ -146,16 +169,26 @@ class Steps:
     def wait_released(
         self, run: SwitchRun, config: Config, watched: Sequence[int], what: str
     ) -> list[GpuReading]:
-        """Poll the GPU provider until every watched GPU is released, or fail closed."""
+        """Poll GPU memory at the fast cadence until every watched GPU is released, or fail closed.
+
+        Memory alone is read at each poll (about 10 µs a GPU with NVML); who holds it (the ``/proc``
+        fd scan, milliseconds on a busy host) is looked up at the first read, at most once every
+        :data:`HOLDERS_EVERY_S` while memory is held, and for the message when the gate gives up.
+        """
         clock = self.ports.clock
-        simulated = self.ports.gpu.simulated
+        gpu = self.ports.gpu
         gpus = ",".join(str(i) for i in watched)
-        sim = " (SIMULATED)" if simulated else ""
+        sim = " (SIMULATED)" if gpu.simulated else ""
         self.report(run, Phase.RELEASE, f"waiting for VRAM on GPU {gpus}{sim} {what}")
         t0 = clock.monotonic()
+        named_at: float | None = None
         while True:
-            readings = self.readings(watched)
-            verdict = gate(readings, config.gpu.residual_mib, simulated, expected=watched)
+            now = clock.monotonic()
+            name = named_at is None or now - named_at >= HOLDERS_EVERY_S
+            readings = gpu.read(list(watched), holders=name)
+            if name:
+                named_at = now
+            verdict = gate(readings, config.gpu.residual_mib, gpu.simulated, expected=watched)
             if verdict.open:
                 used = ", ".join(
                     f"GPU {r.index} {r.used_mib:.0f} MiB" for r in readings if r.used_mib is not None
@@ -163,13 +196,16 @@ class Steps:
                 self.report(run, Phase.RELEASE, f"VRAM released ({used})")
                 return readings
             if clock.monotonic() - t0 >= config.gpu.release_timeout_s:
+                if not name:  # the message names who still holds the memory
+                    readings = gpu.read(list(watched))
+                    verdict = gate(readings, config.gpu.residual_mib, gpu.simulated, expected=watched)
                 raise StepFailed(
                     Phase.RELEASE,
                     f"{verdict.message} (waited {config.gpu.release_timeout_s:g}s)",
                     vram=True,
                 )
             self.check_cancel(run, Phase.RELEASE)
-            clock.sleep(config.daemon.poll_interval_s)
+            clock.sleep(config.daemon.fast_poll_interval_s)
 
     def start_and_wait(
         self, run: SwitchRun, config: Config, b: BackendConfig, durations: dict[str, float]
@@ -210,7 +246,7 @@ class Steps:
                     f"{b.unit} exited while starting: {st.active_state}/{st.sub_state}, Result={st.result}",
                     systemd_result=st.result,
                 )
-            h = self.ports.probe.health(b.health_url)
+            h = self.ports.probe.health(b.health_url, HEALTH_TIMEOUT_S)
             if h.ok:
                 durations["ready"] = round(clock.monotonic() - t0, 3)
                 self.report(run, Phase.READY, f"{b.name} is ready ({clock.monotonic() - t0:.1f}s)")
@@ -226,7 +262,7 @@ class Steps:
                     systemd_result=st.result,
                 )
             self.check_cancel(run, Phase.READY)
-            clock.sleep(config.daemon.poll_interval_s)
+            clock.sleep(ready_interval(config, clock.monotonic() - t0))
 
     def record_launch(self, rec: SwitchRecord, b: BackendConfig, st: UnitState) -> None:
         """The launch as it really runs: argv from /proc, the version, the launch description."""

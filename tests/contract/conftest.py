@@ -1,4 +1,4 @@
-"""Shared fixtures of the contract tests: real processes that hold real files, stopped by PID.
+"""Shared fixtures of the contract tests: real processes (file holders, private buses), stopped by PID.
 
 Helpers reach the tests through the ``procs`` fixture (not by importing this module: every test
 directory has a ``conftest`` and an import by that name would be ambiguous).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -123,3 +124,38 @@ def shared_dir() -> Iterator[str]:
 def ledger_paths(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """A ledger database file and a runtime directory for its spool (neither exists yet)."""
     yield tmp_path / "state" / "ledger.db", tmp_path / "run"
+
+
+@pytest.fixture
+def start_bus(procs: Processes, tmp_path: Path) -> Callable[[], str]:
+    """Starts a private dbus-daemon (session configuration) for this test; returns its address.
+
+    Each call starts another one; ``procs`` ends them all afterwards, by PID.
+    """
+    if shutil.which("dbus-daemon") is None:
+        raise AssertionError("dbus-daemon is needed for the D-Bus tests (apt-get install dbus-daemon)")
+    count = [0]
+
+    def start() -> str:
+        count[0] += 1
+        socket = tmp_path / f"bus-{count[0]}"
+        p = procs.start(
+            [
+                "dbus-daemon",
+                "--session",
+                "--nofork",
+                "--nopidfile",
+                "--nosyslog",
+                "--print-address=1",
+                f"--address=unix:path={socket}",
+            ]
+        )
+        assert p.stdout is not None
+        ready, _, _ = select.select([p.stdout], [], [], 10)
+        address = p.stdout.readline().strip() if ready else ""
+        if not address:
+            err = p.stderr.read() if p.poll() is not None and p.stderr else ""
+            raise AssertionError(f"dbus-daemon did not print its address within 10 s: {err!r}")
+        return address
+
+    return start

@@ -5,11 +5,13 @@ Imported by its own name (``ledger_support``) from the ``test_ledger_*`` modules
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -132,3 +134,66 @@ def sqlite3_tool(db: Path, sql: str) -> None:
     if tool is None:
         raise AssertionError("the sqlite3 command-line tool is needed (apt-get install sqlite3)")
     subprocess.run([tool, str(db), sql], check=True, capture_output=True, timeout=30)
+
+
+#: What ``ledger.db`` holds after a copy went wrong.
+GARBAGE = b"not a ledger: a copy went wrong halfway\n" * 300
+
+
+def put_garbage(db: Path) -> None:
+    """Replace the database by garbage, the main file alone (a WAL beside it would still hold the
+    pages of a small ledger: SQLite would read through it)."""
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    db.write_bytes(GARBAGE)
+
+
+def head_of(led: SqliteLedger) -> dict[str, Any]:
+    """The head file's content."""
+    return dict(json.loads(Path(led.head_path).read_text()))
+
+
+def chain_rows(db: Path) -> list[dict[str, Any]]:
+    """Every row: id, outcome, ticket, prev_hash and the record, oldest first."""
+    with sqlite3.connect(db) as c:
+        out = c.execute("SELECT id, outcome, ticket, prev_hash, record FROM switches ORDER BY id").fetchall()
+    return [
+        {"id": i, "outcome": o, "ticket": t, "prev_hash": p, "record": json.loads(r)} for i, o, t, p, r in out
+    ]
+
+
+class TinyFs:
+    """A small tmpfs of its own: a real full disk, a real read-only directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def remount(self, read_only: bool) -> None:
+        opt = "remount,ro" if read_only else "remount,rw"
+        subprocess.run(["mount", "-o", opt, str(self.path)], check=True, capture_output=True, timeout=30)
+
+    def fill(self) -> Path:
+        """Write a file until the filesystem is full; remove it to give the space back."""
+        filler = self.path / "filler"
+        with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        return filler
+
+
+@contextlib.contextmanager
+def tiny_fs(path: Path, size: str = "1m") -> Iterator[TinyFs]:
+    """Mount a tmpfs of ``size`` at ``path`` (needs root); always unmounted again."""
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if r.returncode != 0:
+        raise AssertionError(f"cannot mount a tmpfs at {path} (the test needs root and mount): {r.stderr}")
+    try:
+        yield TinyFs(path)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True, timeout=30)

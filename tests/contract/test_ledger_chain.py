@@ -1,5 +1,6 @@
 """Contract tests of the ledger's hash chain and head file: every edit made outside gpushift is named
-by ``verify``, a forged chain is caught by the head, and rewrites re-link only an intact chain.
+by ``verify``, a forged chain is caught by the head, the head names the row just written (so removing
+the newest row is caught), and rewrites re-link only an intact chain.
 """
 
 from __future__ import annotations
@@ -154,3 +155,54 @@ def test_ledger_rewrite_does_not_relink_over_an_edit(ledger_paths: tuple[Path, P
     res = led.verify()
     assert not res.ok
     assert log.events("ledger_tamper_alarm")
+
+
+# --------------------------------------------------------------------------- the head after a write
+
+
+def _head(led: SqliteLedger) -> dict:
+    return dict(json.loads(Path(led.head_path).read_text()))
+
+
+def test_ledger_head_names_the_row_just_written(ledger_paths: tuple[Path, Path]) -> None:
+    db, run = ledger_paths
+    led = _five_rows(db, run)
+    led.begin(make_record(6))  # an insert
+    head = _head(led)
+    assert head["id"] == 6 and "prev" not in head
+    with sqlite3.connect(db) as c:
+        assert head["hash"] == c.execute("SELECT hash FROM switches WHERE id = 6").fetchone()[0]
+
+
+def test_ledger_newest_row_deleted_after_its_insert_fails_verify(ledger_paths: tuple[Path, Path]) -> None:
+    db, run = ledger_paths
+    led = _five_rows(db, run)
+    led.begin(make_record(6))  # an insert, completed: row 6
+    led.close()
+    sqlite3_tool(db, "DELETE FROM switches WHERE id = 6")
+    res = SqliteLedger.open_readonly(db, run).verify()
+    assert not res.ok and "rows missing after row 5" in (res.problem or "")
+    assert "not recorded by the daemon" in res.describe()
+    log = Log()
+    SqliteLedger(db, run, log=log).begin(make_record(9))  # the next writer raises the alarm too
+    assert log.events("ledger_tamper_alarm")
+
+
+def test_ledger_cut_off_between_commit_and_naming_the_head_alone_is_accepted(
+    ledger_paths: tuple[Path, Path],
+) -> None:
+    db, run = ledger_paths
+    led = _five_rows(db, run)
+    led.begin(make_record(6))
+    head = _head(led)
+    led.close()
+    with sqlite3.connect(db) as c:
+        prev_hash = c.execute("SELECT hash FROM switches WHERE id = 5").fetchone()[0]
+    # The commit of row 6 happened; the daemon died before it named the head alone.
+    Path(led.head_path).write_text(
+        json.dumps({"id": 6, "hash": head["hash"], "prev": {"id": 5, "hash": prev_hash}})
+    )
+    assert SqliteLedger.open_readonly(db, run).verify().ok
+    reopened = SqliteLedger(db, run, log=Log())
+    assert "prev" not in _head(reopened) and _head(reopened)["id"] == 6  # settled at open
+    assert reopened.verify().ok and not reopened.health()["alarm"]

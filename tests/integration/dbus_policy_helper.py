@@ -96,12 +96,12 @@ class StubBackend:
 
 def serve(record_path: str) -> int:
     """Publish the service on the system bus of this environment; run until SIGTERM."""
-    import pydbus
     from gi.repository import GLib
 
+    from gpushift.adapters.bus import connect
     from gpushift.adapters.dbus_service import SwitcherService, publish
 
-    bus = pydbus.SystemBus()
+    bus = connect("system")  # as the daemon opens it
     stub = StubBackend(record_path)
     service = SwitcherService(bus, stub)
     stub.service = service

@@ -133,6 +133,9 @@ def test_full_disk_switch_completes_degraded_and_lands_once_after_sigkill(full_d
     st = env.status()
     assert st["ledger"]["state"] == "degraded" and st["ledger"]["pending"] >= 1
     assert "degraded" in env.cli("status").stdout
+    # ... and so does the unit's status line (sd_notify STATUS=), with the reason
+    status_line = sb.show("gpushift.service", "StatusText")["StatusText"]
+    assert "ledger: degraded (disk full" in status_line, status_line
     # the full record went to the daemon's log output as one structured line
     lines = [json.loads(x) for x in env.daemon_log().splitlines() if x.startswith("{")]
     pend = [x for x in lines if x.get("event") == "ledger_pending"]

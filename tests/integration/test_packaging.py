@@ -9,29 +9,21 @@ checks a config, and runs as the shipped gpushift.service under a real systemd u
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import zipfile
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gpushift_env import Backend, GpushiftEnv, free_port
+from wheelhouse import gather, offline
 
 REPO = Path(__file__).resolve().parents[2]
-# Built dependency wheels, reused between runs (PyGObject and pycairo compile for a minute).
-WHEELHOUSE_ROOT = Path(os.environ.get("GPUSHIFT_WHEELHOUSE_DIR", "/var/cache/gpushift/wheelhouse"))
 # Test and demo machinery that must stay out of the product.
 NOT_PRODUCT = {"sandbox", "standin", "demo"}
 # Left out of the copy the wheel is built from: what .gitignore keeps out of a clone.
@@ -57,46 +49,10 @@ def run(argv: list[str], timeout_s: float = 300, **kw: Any) -> subprocess.Comple
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, **kw)
 
 
-def requirements() -> list[str]:
-    """What building (``[build-system] requires``, plus ``wheel`` for setuptools before 70.1) and
-    running (``[project] dependencies``) gpushift needs, from pyproject.toml."""
-    meta = tomllib.loads((REPO / "pyproject.toml").read_text())
-    return sorted({*meta["build-system"]["requires"], "wheel", *meta["project"]["dependencies"]})
-
-
 @pytest.fixture(scope="module")
 def wheelhouse() -> Path:
-    """Wheels of everything gpushift needs to build and run, for this Python and machine: built once
-    (from pip's cache or the network), then reused offline until pyproject.toml's requirements change."""
-    reqs = requirements()
-    key = hashlib.sha256(
-        json.dumps([list(sys.version_info[:2]), platform.machine(), reqs]).encode()
-    ).hexdigest()[:16]
-    house = WHEELHOUSE_ROOT / key
-    if (house / ".complete").exists():
-        return house
-    WHEELHOUSE_ROOT.mkdir(parents=True, exist_ok=True)
-    building = WHEELHOUSE_ROOT / f".building-{key}-{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
-    building.mkdir()
-    r = run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(building), *reqs], 1200)
-    if r.returncode != 0:
-        shutil.rmtree(building, ignore_errors=True)
-        pytest.fail(
-            f"could not gather the wheels gpushift needs into {WHEELHOUSE_ROOT} (pip's cache or the "
-            f"network is needed once):\n{r.stderr[-3000:]}",
-            pytrace=False,
-        )
-    (building / ".complete").touch()
-    try:
-        building.rename(house)
-    except OSError:  # another run finished first: use its wheelhouse
-        shutil.rmtree(building, ignore_errors=True)
-    return house
-
-
-def offline(house: Path) -> list[str]:
-    return ["--no-index", "--find-links", str(house)]
+    """Wheels of everything gpushift needs to build and run, for this Python (see wheelhouse.py)."""
+    return gather()
 
 
 @pytest.fixture(scope="module")

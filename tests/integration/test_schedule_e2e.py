@@ -9,8 +9,10 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gpushift_env import Backend, GpushiftEnv, free_port
@@ -60,6 +62,40 @@ def sched_env(sandbox):
     return build
 
 
+class FakeClock:
+    """The daemon's wall clock through libfaketime: an offset file the daemon re-reads at every call
+    (its monotonic clock stays real, so the daemon sees a wall-clock jump)."""
+
+    def __init__(self, lib: str, path: Path) -> None:
+        self.path = path
+        self.env = [
+            f"LD_PRELOAD={lib}",
+            f"FAKETIME_TIMESTAMP_FILE={path}",
+            "FAKETIME_NO_CACHE=1",
+            "FAKETIME_DONT_FAKE_MONOTONIC=1",
+        ]
+        self.path.write_text("+0\n")
+
+    def shift(self, spec: str) -> None:
+        """Set the offset from the real clock, in libfaketime's form (``+4h``, ``+7200``)."""
+        self.path.write_text(f"{spec}\n")
+
+    def jump_to(self, at: datetime) -> None:
+        """From now on the daemon's clock reads ``at`` (and runs on from there)."""
+        self.shift(f"{(at - utc_now()).total_seconds():+.0f}")
+
+
+@pytest.fixture
+def fake_clock() -> Iterator[FakeClock]:
+    lib = next((p for p in FAKETIME_LIBS if os.path.exists(p)), None)
+    assert lib, "libfaketime is missing: apt-get install faketime (make deps does)"
+    clock = FakeClock(lib, Path(os.environ.get("GPUSHIFT_TEST_TMP", "/run")) / f"gs-faketime-{os.getpid()}")
+    try:
+        yield clock
+    finally:
+        clock.path.unlink(missing_ok=True)
+
+
 def wait_active(env: GpushiftEnv, unit: str, timeout_s: float) -> None:
     """Until ``unit`` runs AND the switch that started it has finished (its ledger row closed)."""
     env.wait_for(
@@ -92,32 +128,80 @@ def test_schedule_switches_at_entry_time_and_reconciles_at_start(sched_env):
     assert timedelta(0) <= started - at < timedelta(seconds=5), (started, at)
 
 
-def test_wall_clock_jump_is_noticed_by_the_real_daemon(sched_env):
-    lib = next((p for p in FAKETIME_LIBS if os.path.exists(p)), None)
-    assert lib, "libfaketime is missing: apt-get install faketime (make deps does)"
+def test_wall_clock_jump_is_noticed_by_the_real_daemon(sched_env, fake_clock):
     now = utc_now()
     later = now + timedelta(hours=3)
-    faketime = Path(os.environ.get("GPUSHIFT_TEST_TMP", "/run")) / f"gs-faketime-{os.getpid()}"
-    faketime.write_text("+0\n")
-    try:
-        env = sched_env(
-            f"TZ=UTC\n{cron_at(now - timedelta(hours=2))} a\n{cron_at(later)} b\n",
-            extra_env=[
-                f"LD_PRELOAD={lib}",
-                f"FAKETIME_TIMESTAMP_FILE={faketime}",
-                "FAKETIME_NO_CACHE=1",
-                "FAKETIME_DONT_FAKE_MONOTONIC=1",
-            ],
-            reconcile_interval_s=600,  # only the jump can explain a switch within the test
-        )
-        wait_active(env, "gs-a.service", 30)
-        faketime.write_text("+4h\n")  # the daemon's wall clock jumps past b's entry
-        wait_active(env, "gs-b.service", 30)
-        assert '"clock_jump"' in env.daemon_log()
-        row = env.ledger_row(env.ledger()[0]["id"])
-        assert row["to"] == "b" and row["trigger"] in ("reconcile", "schedule")
-    finally:
-        faketime.unlink(missing_ok=True)
+    env = sched_env(
+        f"TZ=UTC\n{cron_at(now - timedelta(hours=2))} a\n{cron_at(later)} b\n",
+        extra_env=fake_clock.env,
+        reconcile_interval_s=600,  # only the jump can explain a switch within the test
+    )
+    wait_active(env, "gs-a.service", 30)
+    fake_clock.shift("+4h")  # the daemon's wall clock jumps past b's entry
+    wait_active(env, "gs-b.service", 30)
+    assert '"clock_jump"' in env.daemon_log()
+    row = env.ledger_row(env.ledger()[0]["id"])
+    assert row["to"] == "b" and row["trigger"] in ("reconcile", "schedule")
+
+
+def test_calendar_exception_is_followed_across_its_start_a_restart_and_its_end(sched_env, fake_clock):
+    """A holiday on b in the middle of a's day: the daemon switches at its start and at its end (its
+    boundary timer, not a reconcile), and a restart inside it keeps b."""
+    now = utc_now()
+    start = (now + timedelta(hours=2)).replace(second=0, microsecond=0)
+    end = start + timedelta(hours=3)
+    env = sched_env(
+        f"TZ=UTC\n{cron_at(now - timedelta(hours=2))} a\n"
+        f"except {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%dT%H:%M} b holidays\n",
+        extra_env=fake_clock.env,
+        reconcile_interval_s=600,  # a switch within the test comes from a boundary (or the start)
+    )
+    wait_active(env, "gs-a.service", 30)
+    assert env.status()["schedule"]["next"]["target"] == "b"
+
+    def last_switch() -> dict[str, Any]:
+        return env.ledger_row(env.ledger()[0]["id"])
+
+    # 1. its start: the daemon's clock 15 s before it; the switch comes at the start, trigger schedule
+    fake_clock.jump_to(start - timedelta(seconds=15))
+    wait_active(env, "gs-b.service", 60)
+    row = last_switch()
+    assert (row["from"], row["to"], row["trigger"], row["outcome"]) == ("a", "b", "schedule", "ok")
+    assert f"schedule line 3 (except {start:%Y-%m-%dT%H:%M}..{end:%Y-%m-%dT%H:%M}) fired at" in row["reason"]
+    assert "(calendar exception holidays)" in row["reason"]
+    began = datetime.fromisoformat(row["started_at"])
+    assert timedelta(0) <= began - start < timedelta(seconds=5), (began, start)
+    st = env.status()["schedule"]
+    assert st["wants"] == "b" and st["exception"]["name"] == "holidays"
+    assert datetime.fromisoformat(st["exception"]["until"]) == end
+    assert "calendar exception holidays until" in env.cli("status", check=True).stdout
+
+    # 2. a restart inside it: the new daemon keeps b (no switch, no ledger row)
+    rows_before = len(env.ledger())
+    b_pid = env.main_pid("gs-b.service")
+    d_pid = env.sb.show("gpushift.service", "MainPID")["MainPID"]
+    env.sb.systemctl("restart", "gpushift.service", timeout_s=60)
+    assert env.sb.show("gpushift.service", "MainPID")["MainPID"] != d_pid
+    env.wait_for(
+        lambda: "serves as the schedule wants" in (env.status()["schedule"].get("last_action") or ""),
+        30,
+        "the restarted daemon's first decision",
+    )
+    st = env.status()
+    assert st["schedule"]["wants"] == "b" and st["schedule"]["exception"]["name"] == "holidays"
+    assert env.active_state("gs-b.service") == "active" and env.main_pid("gs-b.service") == b_pid
+    assert len(env.ledger()) == rows_before
+
+    # 3. its end: the daemon's clock 15 s before it; back to a at the end, naming the entry and the exception
+    fake_clock.jump_to(end - timedelta(seconds=15))
+    wait_active(env, "gs-a.service", 60)
+    row = last_switch()
+    assert (row["from"], row["to"], row["trigger"], row["outcome"]) == ("b", "a", "schedule", "ok")
+    assert row["reason"].startswith("schedule line 2 (")
+    assert "(calendar exception holidays on line 3 ended)" in row["reason"]
+    ended = datetime.fromisoformat(row["started_at"])
+    assert timedelta(0) <= ended - end < timedelta(seconds=5), (ended, end)
+    assert env.status()["schedule"]["exception"] is None
 
 
 def test_manual_switch_lasts_until_next_boundary(sched_env):

@@ -1,7 +1,7 @@
 """Every shipped unit file passes ``systemd-analyze verify``, cleanly.
 
 What is staged, and why that is honest: ``verify`` also checks that every ``Exec*=`` program exists
-and is executable.  The shipped units name programs of the production host (``/usr/local/bin/gpushift``,
+and is executable.  The shipped units name programs of the production host (``/opt/gpushift/bin/gpushift``,
 vLLM's virtualenv python, ``llama-server``) that a test machine does not have, and the test must not
 write into the host's ``/usr/local`` or ``/opt``.  So verify runs with ``--root=`` on a temporary
 root that holds: the shipped units (in ``etc/systemd/system``), a copy of this machine's own system

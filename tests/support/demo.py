@@ -34,6 +34,8 @@ ExecStart=
 ExecStart={gpushift} daemon
 ExecReload=
 ExecReload={gpushift} reload
+# group: a test host has no gpushift group (make install creates it through sysusers.d)
+Group=
 # environment: where this instance's config lives
 Environment=GPUSHIFT_CONFIG={config}
 {extra_env}

@@ -459,7 +459,7 @@ class FakeGpu:
             ),
         )
 
-    def read(self, indices: Sequence[int] | None = None) -> list[GpuReading]:
+    def read(self, indices: Sequence[int] | None = None, holders: bool = True) -> list[GpuReading]:
         with self._lock:
             self.reads += 1
             self.read_calls.append(None if indices is None else tuple(indices))

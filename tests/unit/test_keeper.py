@@ -778,3 +778,13 @@ def test_keeper_cancelled_scheduled_switch_is_not_retried_before_the_next_bounda
     r.keeper.resume(ALICE)  # a person asks: the schedule is obeyed again at once
     r.settle()
     assert r.keeper_requests() == [("night", "reconcile"), ("night", "reconcile")]
+
+
+def test_keeper_switch_into_a_calendar_exception_records_its_name(rig: Callable[..., Rig]) -> None:
+    schedule = SCHEDULE + "except 2026-03-02 .. 2026-03-03 night holidays\n"
+    r = rig(start=utc(2, 12), running="day", schedule=schedule)
+    r.tick(Trigger.RECONCILE)
+    assert r.world.running() == ["night"]
+    (row,) = r.rows("reconcile")
+    assert row.extra["calendar_exception"] == "holidays"
+    assert row.trigger == "reconcile" and "holidays" in row.reason  # the trigger stays a trigger

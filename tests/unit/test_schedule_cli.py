@@ -78,7 +78,10 @@ def test_schedule_cli_json_is_machine_readable(files: tuple[Path, Path]) -> None
         "target": "llama",
         "line": 4,
         "entry": "0 20 * * 1-5",
+        "exception": None,
+        "exception_ends": None,
     }
+    assert doc["exceptions"] == []
     assert doc["next"] == [
         {
             "utc": "2026-12-04T16:00:00Z",
@@ -86,6 +89,8 @@ def test_schedule_cli_json_is_machine_readable(files: tuple[Path, Path]) -> None
             "target": "llama",
             "line": 5,
             "entry": "0 0 * * sat,sun",
+            "exception": None,
+            "exception_ends": None,
             "changes": False,
         },
         {
@@ -94,6 +99,8 @@ def test_schedule_cli_json_is_machine_readable(files: tuple[Path, Path]) -> None
             "target": "llama",
             "line": 5,
             "entry": "0 0 * * sat,sun",
+            "exception": None,
+            "exception_ends": None,
             "changes": False,
         },
     ]
@@ -217,3 +224,168 @@ def test_schedule_cli_check_the_shipped_example(tmp_path: Path) -> None:
     r = run(cfg, "check", str(REPO / "etc/gpushift/schedule"))
     assert r.exit_code == 0, r.output
     assert ": OK: 3 entries, time zone Asia/Shanghai" in r.stdout
+
+
+# ---- calendar exceptions -------------------------------------------------------------------------
+
+HOLIDAYS = """TZ=Europe/Berlin
+0  8  *  *  1-5      vllm
+0  20 *  *  1-5      llama
+0  0  *  *  sat,sun  llama
+except 2026-12-24 .. 2026-12-31 llama holidays
+except 2027-01-04 08:00 .. 2027-01-04 12:00 off
+except 2020-12-24 .. 2020-12-31 llama old
+"""
+
+
+def test_schedule_cli_check_lists_exceptions_and_notes_the_passed_ones(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    cfg, _ = files
+    f = tmp_path / "holidays"
+    f.write_text(HOLIDAYS, encoding="utf-8")
+    r = run(cfg, "check", str(f))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"{f}: OK: 3 entries, 3 calendar exceptions, time zone Europe/Berlin (TZ= on line 1)"
+    assert lines[4:7] == [
+        "  line 5: except 2026-12-24..2026-12-31 -> llama (holidays): "
+        "Thu 2026-12-24 00:00 CET .. Fri 2027-01-01 00:00 CET",
+        "  line 6: except 2027-01-04T08:00..2027-01-04T12:00 -> off: "
+        "Mon 2027-01-04 08:00 CET .. Mon 2027-01-04 12:00 CET",
+        "  line 7: except 2020-12-24..2020-12-31 -> llama (old): "
+        "Thu 2020-12-24 00:00 CET .. Fri 2021-01-01 00:00 CET",
+    ]
+    assert r.stderr == (
+        "note: line 7: calendar exception old has passed (it ended Fri 2021-01-01 00:00 CET); "
+        "it is ignored, the line can go\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "where"),
+    [
+        (
+            "except 2026-12-30 .. 2027-01-02 off",
+            ":6: except: 2026-12-30..2027-01-02 overlaps line 5 (2026-12-24..2026-12-31): "
+            "calendar exceptions must not overlap",
+        ),
+        ("except 2027-01-02 .. 2027-01-01 off", ":6: until: '2027-01-01' is not after '2027-01-02'"),
+        (
+            "except 2027-01-02 .. 2027-01-03 lama",
+            ":6: backend: 'lama' is not a configured backend (expected one of: llama, vllm, off)",
+        ),
+        ("except 2027-01-02 to 2027-01-03 off", ":6: except: missing '..' between FROM and UNTIL"),
+    ],
+)
+def test_schedule_cli_check_bad_exception_exits_nonzero_naming_its_line(
+    files: tuple[Path, Path], tmp_path: Path, line: str, where: str
+) -> None:
+    cfg, _ = files
+    bad = tmp_path / "bad-schedule"
+    bad.write_text("\n".join(HOLIDAYS.splitlines()[:5]) + f"\n{line}\n", encoding="utf-8")
+    r = run(cfg, "check", str(bad))
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    assert f"{bad}{where}" in r.stderr
+
+
+def test_schedule_cli_next_shows_exceptions_and_their_boundaries(files: tuple[Path, Path]) -> None:
+    cfg, sched = files
+    sched.write_text(HOLIDAYS, encoding="utf-8")
+    r = run(cfg, "--next", "4", "--from", "2026-12-28 12:00")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[1] == (
+        "In effect at Mon 2026-12-28 12:00 CET: llama, since Thu 2026-12-24 00:00 CET "
+        "(line 5: except 2026-12-24..2026-12-31), calendar exception holidays until Fri 2027-01-01 00:00 CET"
+    )
+    assert lines[2] == "Calendar exceptions (1 passed, ignored):"
+    assert lines[3].split() == ["LINE", "NAME", "BACKEND", "FROM", "UNTIL", "FROM", "(UTC)", "UNTIL", "(UTC)"]
+    assert lines[4].split() == [
+        "5", "holidays", "llama",
+        "Thu", "2026-12-24", "00:00", "CET", "Fri", "2027-01-01", "00:00", "CET",
+        "2026-12-23", "23:00", "UTC", "2026-12-31", "23:00", "UTC", "in", "force",
+    ]  # fmt: skip
+    assert lines[5].split() == [
+        "6", "-", "off",
+        "Mon", "2027-01-04", "08:00", "CET", "Mon", "2027-01-04", "12:00", "CET",
+        "2027-01-04", "07:00", "UTC", "2027-01-04", "11:00", "UTC", "coming",
+    ]  # fmt: skip
+    assert lines[6] == "Next 4 times the schedule fires:"
+    rows = lines[8:]
+    # the end of the holidays: Thursday's 20:00 entry (llama) is in effect again, nothing changes
+    assert rows[0].split()[:10] == [
+        "Fri",
+        "2027-01-01",
+        "00:00",
+        "CET",
+        "2026-12-31",
+        "23:00",
+        "UTC",
+        "llama",
+        "3",
+        "0",
+    ]
+    assert rows[0].endswith("exception holidays ends (already in effect)")
+    assert rows[1].split()[7:9] == ["vllm", "2"] and rows[1].rstrip().endswith("1-5")
+    assert rows[3].split()[:9] == [
+        "Sat",
+        "2027-01-02",
+        "00:00",
+        "CET",
+        "2027-01-01",
+        "23:00",
+        "UTC",
+        "llama",
+        "4",
+    ]
+    r = run(cfg, "--next", "2", "--from", "2027-01-04 07:00")
+    rows = r.stdout.splitlines()[-2:]
+    assert rows[0].split()[7:10] == ["off", "6", "except"]
+    assert rows[0].endswith("except 2027-01-04T08:00..2027-01-04T12:00  exception on line 6 begins")
+    assert rows[1].split()[7:9] == ["vllm", "2"] and rows[1].endswith("exception on line 6 ends")
+
+
+def test_schedule_cli_json_shows_exceptions(files: tuple[Path, Path]) -> None:
+    cfg, sched = files
+    sched.write_text(HOLIDAYS, encoding="utf-8")
+    r = run(cfg, "--json", "--next", "2", "--from", "2026-12-28T12:00:00+01:00")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["in_effect"]["exception"] == "holidays" and doc["in_effect"]["line"] == 5
+    assert doc["in_effect"]["entry"] == "except 2026-12-24..2026-12-31"
+    assert [x["line"] for x in doc["exceptions"]] == [7, 5, 6]  # in time order
+    assert doc["exceptions"][1] == {
+        "line": 5,
+        "name": "holidays",
+        "target": "llama",
+        "range": "2026-12-24..2026-12-31",
+        "from_utc": "2026-12-23T23:00:00Z",
+        "from_local": "2026-12-24T00:00:00+01:00",
+        "until_utc": "2026-12-31T23:00:00Z",
+        "until_local": "2027-01-01T00:00:00+01:00",
+        "state": "in force",
+    }
+    assert [x["state"] for x in doc["exceptions"]] == ["passed", "in force", "coming"]
+    assert doc["exceptions"][2]["name"] is None
+    assert doc["next"][0] == {
+        "utc": "2026-12-31T23:00:00Z",
+        "local": "2027-01-01T00:00:00+01:00",
+        "target": "llama",
+        "line": 3,
+        "entry": "0 20 * * 1-5",
+        "exception": None,
+        "exception_ends": "holidays",
+        "changes": False,
+    }
+    assert (doc["next"][1]["target"], doc["next"][1]["exception_ends"]) == ("vllm", None)
+
+
+def test_status_text_names_the_exception_in_force() -> None:
+    from gpushift.cli import render_status
+
+    exc = {"name": "holidays", "line": 5, "until_local": "2027-01-01T00:00:00+01:00"}
+    text = render_status({"schedule": {"wants": "llama", "exception": exc}})
+    assert "schedule: wants llama now (calendar exception holidays until 2027-01-01T00:00:00+01:00)\n" in text
+    assert "schedule: wants vllm now\n" in render_status({"schedule": {"wants": "vllm", "exception": None}})

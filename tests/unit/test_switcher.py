@@ -101,7 +101,8 @@ def test_switcher_gate_polls_until_vram_released_then_starts(make_world: Any) ->
     # three reads still see day's 14500 MiB on GPU 1, the fourth sees it gone, and only then: start
     assert used == [14500.0, 14500.0, 14500.0, 0.0]
     rec = world.record(res)
-    assert rec.durations_s["release"] == pytest.approx(1.5)  # three waits of poll_interval_s
+    # three waits of the fast cadence (the gate polls memory only, every fast_poll_interval_s)
+    assert rec.durations_s["release"] == pytest.approx(3 * world.config.daemon.fast_poll_interval_s)
     assert [r["used_mib"] for r in rec.vram["released"]] == [0.0]
     assert [r["used_mib"] for r in rec.vram["before"]] == [14500.0]
 
@@ -305,7 +306,28 @@ def test_switcher_target_healthy_after_some_polls_succeeds(world: Any) -> None:
     world.probe.set_health(world.url("night"), ok_after=6, before=503)
     res = world.switch("night")
     assert res.ok, res
-    assert world.record(res).durations_s["ready"] == pytest.approx(3.0)
+    # a backend ready within its first seconds is polled at the fast cadence
+    assert world.record(res).durations_s["ready"] == pytest.approx(
+        6 * world.config.daemon.fast_poll_interval_s
+    )
+
+
+def test_switcher_slow_loader_is_polled_fast_at_first_then_with_back_off(make_world: Any) -> None:
+    world = make_world(night_start_timeout_s=120, on_failure="stay")
+    world.boot("day")
+    world.probe.set_health(world.url("night"), ok_after=None, before=503)  # loads "forever"
+    res = world.switch("night")
+    assert res.failed_phase == Phase.READY.value
+    polls = [e.t for e in world.log.of("probe.health")]
+    t0 = polls[0]
+    d = world.config.daemon
+    early = [t for t in polls if t - t0 < 1.0]
+    late = [t for t in polls if t - t0 >= 60.0]
+    assert len(early) >= 0.9 / d.fast_poll_interval_s  # the first second: the fast cadence
+    # a minute in, no faster than poll_interval_s (a 5-minute vLLM load is not hammered)
+    assert len(late) <= (polls[-1] - t0 - 60.0) / d.poll_interval_s + 2
+    gaps = [b - a for a, b in zip(polls, polls[1:], strict=False)]
+    assert max(gaps) <= d.poll_interval_s + 1e-9 and gaps == sorted(gaps)  # it only slows down
 
 
 def test_switcher_stay_policy_leaves_everything_stopped(make_world: Any) -> None:
