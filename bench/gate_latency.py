@@ -255,6 +255,9 @@ def section(args: argparse.Namespace, b: Bench, runs: list[Run]) -> str:
         )
     verdict = "meets" if worst <= GOAL_MS else "MISSES"
     d = b.config.daemon
+    intervals = ", ".join(
+        f"`{k} = {getattr(d, k)}`" for k in ("poll_interval_s", "fast_poll_interval_s") if hasattr(d, k)
+    )
     return f"""## VRAM gate latency on a real GPU
 
 Goal: the gate opens ≤ {GOAL_MS:.0f} ms after the memory is physically released (median per series).
@@ -270,7 +273,7 @@ Result: **{worst:.0f} ms** (the worse series), {verdict} the goal.
 - Physical release: the first sample of a 2 ms NVML poll (`nvmlDeviceGetMemoryInfo`, `nvmlMemory_v2`) in the
   same process with used memory ≤ `residual_mib` ({b.config.gpu.residual_mib:g} MiB), the gate's own threshold.
 - The gate: `Steps.wait_released` over the real `NvmlGpuProbe` (NVML and the /proc fd scan for holders) with the
-  daemon's defaults (`poll_interval_s = {getattr(d, "poll_interval_s", "?")}`), started before the kill.
+  daemon's defaults ({intervals}), started before the kill.
 - GPU: {b.gpu.name} (NVML index {b.gpu.index}), driver {b.facts.driver_version}, CUDA {b.facts.cuda_version}.
 - Machine: {benchdoc.machine()}.
 - Measured {benchdoc.stamp()}.

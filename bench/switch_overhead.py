@@ -180,6 +180,7 @@ def effective_settings(env: BenchEnv) -> str:
     d, g = cfg.daemon, cfg.gpu
     keys = [
         ("poll_interval_s", d),
+        ("fast_poll_interval_s", d),
         ("sample_interval_s", d),
         ("residual_mib", g),
         ("simulated_release_delay_s", g),
