@@ -66,21 +66,18 @@ def machine(*extra: str) -> str:
     return ", ".join(parts)
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10
+    ).stdout.strip()
+
+
 def commit() -> str:
-    """The checkout measured: ``abc1234`` (``abc1234+changes`` when the work tree differs from it)."""
+    """The checkout measured: ``abc1234``, or ``abc1234+changes`` when tracked files other than
+    docs/benchmarks.md (which the benchmarks write themselves) differ from it."""
     try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/benchmarks.md")
     except (OSError, subprocess.SubprocessError):
         return "unknown (no git)"
     if not head:

@@ -98,7 +98,13 @@ class BenchEnv(GpushiftEnv):
         """The environment a measured CLI run gets: the sandbox's bus, this config, byte-code cached."""
         env = dict(self.sb.env)
         env["GPUSHIFT_CONFIG"] = str(self.config_path)
+        if self.product_path:  # GPUSHIFT_TEST_PRODUCT_PATH: another checkout's gpushift (the daemon's too)
+            env["PYTHONPATH"] = self.product_path
         return bytecode_cached(env, self.base / "pycache")
+
+    def product(self) -> str:
+        """Which gpushift runs: this checkout's, or the one ``GPUSHIFT_TEST_PRODUCT_PATH`` names."""
+        return f"the gpushift in {self.product_path}" if self.product_path else "this checkout's gpushift"
 
     def daemon_pid(self) -> int:
         return self.main_pid("gpushift.service")

@@ -120,7 +120,7 @@ Goals: ≤ {GOAL_RSS_MB:.0f} MB resident, ≤ {GOAL_CPU_PCT} % of one core. Resu
   drop-in, daemon defaults, simulated GPUs, two stand-in backends (one serving), a schedule of two
   entries a day loaded; {config_note}.
 - Machine: {benchdoc.machine()}; load average at the end {benchdoc.load_average()}.
-- Measured {benchdoc.stamp()}.
+- Measured {benchdoc.stamp()}, {args.product}.
 """
 
 
@@ -154,6 +154,7 @@ def main() -> None:
         time.sleep(args.settle)
         env.settle("a", "b")
         pid = env.daemon_pid()
+        args.product = env.product()
         sleeper = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({args.window + 30:g})"])
         try:
             time.sleep(0.5)  # its start-up is not part of the window

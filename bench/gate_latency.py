@@ -34,9 +34,10 @@ import sys
 import textwrap
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import benchdoc
 
@@ -70,13 +71,34 @@ class Run:
     series: str
     kill_at: float
     exited_at: float | None = None
-    drop_at: float | None = None  # the first 2 ms sample below the held level
-    released_at: float | None = None  # the first 2 ms sample at or below the residual
+    drop_at: float | None = None  # when the first 2 ms sample below the held level answered
+    released_at: float | None = None  # when the first sample at or below the residual answered
+    released_asked: float | None = None  # when that sample's NVML call began
     gate_at: float | None = None
     gate_error: str | None = None
+    reads: list[tuple[float, float, bool]] = field(default_factory=list)  # the gate's: start, end, holders
 
     def ms(self, a: float | None, b: float | None) -> float | None:
         return None if a is None or b is None else (b - a) * 1000.0
+
+
+class TimedProbe:
+    """The real GPU provider, each ``read`` timed (start, end, whether it named holders): where the
+    gate's time goes.  Adds two clock reads a call; changes nothing else."""
+
+    def __init__(self, probe: Any, into: list[tuple[float, float, bool]]) -> None:
+        self.probe = probe
+        self.simulated = probe.simulated
+        self.into = into
+
+    def facts(self) -> Any:
+        return self.probe.facts()
+
+    def read(self, *args: Any, **kw: Any) -> Any:
+        t = time.perf_counter()
+        out = self.probe.read(*args, **kw)
+        self.into.append((t, time.perf_counter(), bool(kw.get("holders", True))))
+        return out
 
 
 class Bench:
@@ -156,7 +178,8 @@ class Bench:
         from gpushift.switch.steps import RunGuard, Steps
 
         clock = SystemClock()
-        ports = Ports(units=None, gpu=self.probe, probe=None, ledger=None, host=None, clock=clock)  # type: ignore[arg-type]
+        gpu = TimedProbe(self.probe, result.reads)
+        ports = Ports(units=None, gpu=gpu, probe=None, ledger=None, host=None, clock=clock)  # type: ignore[arg-type]
         steps = Steps(ports, RunGuard(), lambda run, phase, line: started.set(), lambda: None)
         run = SwitchRun(
             ticket="bench",
@@ -199,12 +222,17 @@ class Bench:
 
             def reference() -> None:
                 while not stop.is_set():
-                    t, used = time.perf_counter(), self.used_mib()
-                    if result.drop_at is None and used < threshold and t >= result.kill_at > 0:
-                        result.drop_at = t
-                    if used <= self.config.gpu.residual_mib and t >= result.kill_at > 0:
-                        result.released_at = t
+                    asked = time.perf_counter()
+                    used = self.used_mib()
+                    t = time.perf_counter()
+                    if asked < result.kill_at or result.kill_at == 0:
+                        pass  # asked before the kill
+                    elif used <= self.config.gpu.residual_mib:
+                        result.released_asked, result.released_at = asked, t
+                        result.drop_at = result.drop_at or t
                         return
+                    elif result.drop_at is None and used < threshold:
+                        result.drop_at = t
                     time.sleep(POLL_S)
 
             ref = threading.Thread(target=reference, name="nvml-2ms", daemon=True)
@@ -212,7 +240,7 @@ class Bench:
             time.sleep(0.1)
             result.kill_at = time.perf_counter()
             p.send_signal(sig)
-            p.wait(60)  # reaped at once, as systemd reaps a unit's processes
+            p.wait()  # reaped at once (a blocking wait), as systemd reaps a unit's processes
             result.exited_at = time.perf_counter()
             ref.join(60)
             gate.join(self.config.gpu.release_timeout_s + 5)
@@ -231,9 +259,29 @@ class Bench:
                     s.close()
 
 
-def med(xs: list[float | None]) -> str:
+def breakdown(r: Run) -> dict[str, float | None]:
+    """Where one run's gate latency went (ms): when the read that opened the gate began after the
+    release, how long it took, the rest of the loop after it; the loop's sleeps and read times."""
+    reads = r.reads
+    if not reads or r.released_at is None or r.gate_at is None:
+        return {}
+    start, end, _ = reads[-1]
+    fast = [(b - a) * 1000 for a, b, named in reads if not named]
+    scan = [(b - a) * 1000 for a, b, named in reads if named]
+    gaps = [(reads[i + 1][0] - reads[i][1]) * 1000 for i in range(len(reads) - 1)]
+    return {
+        "open_start": (start - r.released_at) * 1000,
+        "open_read": (end - start) * 1000,
+        "after": (r.gate_at - end) * 1000,
+        "gap": benchdoc.median(gaps) if gaps else None,
+        "fast": benchdoc.median(fast) if fast else None,
+        "scan": benchdoc.median(scan) if scan else None,
+    }
+
+
+def med(xs: list[float | None], digits: int = 0) -> str:
     got = [x for x in xs if x is not None]
-    return f"{benchdoc.median(got):.0f} ms" if got else "–"
+    return f"{benchdoc.median(got):.{digits}f} ms" if got else "–"
 
 
 def rng(xs: list[float | None]) -> str:
@@ -248,12 +296,25 @@ def section(args: argparse.Namespace, b: Bench, runs: list[Run]) -> str:
         rs = [r for r in runs if r.series == series]
         lag = [r.ms(r.released_at, r.gate_at) for r in rs]
         worst = max(worst, benchdoc.median([x for x in lag if x is not None]))
+        asked = [r.ms(r.released_asked, r.gate_at) for r in rs]
+        call = [r.ms(r.released_asked, r.released_at) for r in rs]
         rows.append(
-            f"| {series} | **{med(lag)}** | {rng(lag)} | {med([r.ms(r.kill_at, r.exited_at) for r in rs])} | "
-            f"{med([r.ms(r.kill_at, r.drop_at) for r in rs])} | {med([r.ms(r.kill_at, r.released_at) for r in rs])} | "
-            f"{med([r.ms(r.kill_at, r.gate_at) for r in rs])} |"
+            f"| {series} | **{med(lag)}** | {rng(lag)} | {med(asked)} | {med(call, 1)} | "
+            f"{med([r.ms(r.kill_at, r.exited_at) for r in rs])} | {med([r.ms(r.kill_at, r.drop_at) for r in rs])} | "
+            f"{med([r.ms(r.kill_at, r.released_at) for r in rs])} | {med([r.ms(r.kill_at, r.gate_at) for r in rs])} |"
         )
     verdict = "meets" if worst <= GOAL_MS else "MISSES"
+    parts = []
+    for series in ("SIGTERM", "SIGKILL"):
+        bs = [breakdown(r) for r in runs if r.series == series]
+
+        def col(key: str, bs: list[dict[str, float | None]] = bs) -> str:
+            return med([b.get(key) for b in bs], 1)
+
+        parts.append(
+            f"| {series} | {col('open_start')} | {col('open_read')} | {col('after')} | {col('gap')} | "
+            f"{col('fast')} | {col('scan')} |"
+        )
     d = b.config.daemon
     intervals = ", ".join(
         f"`{k} = {getattr(d, k)}`" for k in ("poll_interval_s", "fast_poll_interval_s") if hasattr(d, k)
@@ -263,15 +324,24 @@ def section(args: argparse.Namespace, b: Bench, runs: list[Run]) -> str:
 Goal: the gate opens ≤ {GOAL_MS:.0f} ms after the memory is physically released (median per series).
 Result: **{worst:.0f} ms** (the worse series), {verdict} the goal.
 
-| Series | Gate open − physical release (median) | Range | Kill → process reaped | Kill → memory starts to drop | Kill → physical release | Kill → gate open |
-|---|---|---|---|---|---|---|
+| Series | Gate open − physical release (median) | Range | Gate open − start of the releasing sample's call | That NVML call took | Kill → process reaped | Kill → memory starts to drop | Kill → physical release | Kill → gate open |
+|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
+
+Where the gate's time goes (medians; the gate's reads timed through a thin wrapper around the probe):
+
+| Series | The read that opened the gate began, after the release | That read took | Then until the loop returned | Sleep between reads | A memory-only read | A read naming holders |
+|---|---|---|---|---|---|---|
+{chr(10).join(parts)}
 
 - Command: `PYTHONPATH=. python3 bench/gate_latency.py --runs {args.runs} --warmup {args.warmup} --hold-gib {args.hold_gib:g} --gpu {args.gpu}`
   ({args.runs} runs per series after {args.warmup} warm-up run(s) per series; a torch process holding
   {args.hold_gib:g} GiB, pinned by UUID, ended with the series' signal).
-- Physical release: the first sample of a 2 ms NVML poll (`nvmlDeviceGetMemoryInfo`, `nvmlMemory_v2`) in the
-  same process with used memory ≤ `residual_mib` ({b.config.gpu.residual_mib:g} MiB), the gate's own threshold.
+- Physical release: when the first sample of a 2 ms NVML poll (`nvmlDeviceGetMemoryInfo`, `nvmlMemory_v2`) in
+  the same process that shows used memory ≤ `residual_mib` ({b.config.gpu.residual_mib:g} MiB, the gate's own
+  threshold) returns: the moment NVML tells anyone. The memory was freed during that call, which may have
+  waited on the driver; the column "− start of the releasing sample's call" counts from the call's start instead
+  (an upper bound of the gate's lag).
 - The gate: `Steps.wait_released` over the real `NvmlGpuProbe` (NVML and the /proc fd scan for holders) with the
   daemon's defaults ({intervals}), started before the kill.
 - GPU: {b.gpu.name} (NVML index {b.gpu.index}), driver {b.facts.driver_version}, CUDA {b.facts.cuda_version}.
@@ -304,8 +374,11 @@ def main() -> None:
             label = "warm-up" if k < args.warmup else f"run {k - args.warmup + 1}/{args.runs}"
             print(
                 f"{label} {series}: reaped {r.ms(r.kill_at, r.exited_at):.0f} ms, released "
-                f"{r.ms(r.kill_at, r.released_at):.0f} ms, gate {r.ms(r.kill_at, r.gate_at):.0f} ms after the kill "
-                f"(gate − release {r.ms(r.released_at, r.gate_at):.0f} ms)",
+                f"{r.ms(r.kill_at, r.released_at):.0f} ms (its NVML call {r.ms(r.released_asked, r.released_at):.1f} ms), "
+                f"gate {r.ms(r.kill_at, r.gate_at):.0f} ms after the kill "
+                f"(gate − release {r.ms(r.released_at, r.gate_at):.0f} ms; "
+                + ", ".join(f"{k} {v:.1f}" for k, v in breakdown(r).items() if v is not None)
+                + ")",
                 flush=True,
             )
             if k >= args.warmup:

@@ -119,6 +119,7 @@ def warm(args: argparse.Namespace) -> str:
         env.cli("switch", "a", "--reason", "benchmark setup", check=True)
         env.settle("a")
         cli_env = env.cli_env()
+        product = env.product()
         unit = env.backends["a"].unit
         cmds: dict[str, tuple[list[str], dict[str, str], Sequence[int]]] = {
             "status": ([*gs, "status"], cli_env, (0,)),
@@ -150,7 +151,7 @@ Goal: ≤ {GOAL_S:.2f} s (median). Result: **{med:.3f}–{worst:.3f} s**, {verdi
   manager about that backend's unit (there is no journal here, so it prints no log lines).
 {imports_text(total, heads, "`gpushift status`")}
 - Machine: {benchdoc.machine()}; load average at the end {benchdoc.load_average()}.
-- Measured {benchdoc.stamp()}.
+- Measured {benchdoc.stamp()}, {product}.
 """
 
 
@@ -229,6 +230,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=2, help="rounds run first and not counted")
     ap.add_argument("--cold", action="store_true", help="no daemon, no bus: start-up and imports only")
+    ap.add_argument(
+        "--section", help="the docs/benchmarks.md section to write (default: status or status_cold)"
+    )
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     ap.add_argument(
         "--smoke", action="store_true", help="2 runs, no warm-up, nothing written (a quick check)"

@@ -28,6 +28,7 @@ import argparse
 import json
 import re
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -174,18 +175,23 @@ def phases(env: BenchEnv, ids: list[int]) -> tuple[list[str], dict[str, list[flo
 
 
 def effective_settings(env: BenchEnv) -> str:
-    from gpushift import config as config_mod
-
-    cfg = config_mod.load(str(env.config_path))
-    d, g = cfg.daemon, cfg.gpu
-    keys = [
-        ("poll_interval_s", d),
-        ("fast_poll_interval_s", d),
-        ("sample_interval_s", d),
-        ("residual_mib", g),
-        ("simulated_release_delay_s", g),
-    ]
-    return ", ".join(f"`{k} = {getattr(o, k)}`" for k, o in keys if hasattr(o, k))
+    """The timings the daemon runs with, as the gpushift measured reads its config."""
+    keys = {
+        "daemon": ["poll_interval_s", "fast_poll_interval_s", "sample_interval_s"],
+        "gpu": ["residual_mib", "simulated_release_delay_s"],
+    }
+    code = (
+        "import json, sys; from gpushift import config; c = config.load(sys.argv[1]); "
+        f"print(json.dumps({{t: {{k: getattr(getattr(c, t), k, None) for k in ks}} for t, ks in {keys!r}.items()}}))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(env.config_path)], env=env.cli_env(), capture_output=True, text=True
+    )
+    try:
+        got = json.loads(r.stdout)
+    except ValueError:
+        return f"(could not read the config: {r.stderr.strip()[-300:]})"
+    return ", ".join(f"`{k} = {v}`" for table in got.values() for k, v in table.items() if v is not None)
 
 
 def section(
@@ -254,7 +260,7 @@ Where gpushift's time goes (medians over its {len(s.ledger_ids)} switches; the l
 {recipe}
 
 - Machine: {benchdoc.machine()}; load average at the end {benchdoc.load_average()}.
-- Measured {benchdoc.stamp()}.
+- Measured {benchdoc.stamp()}, {args.product}.
 """
 
 
@@ -285,6 +291,7 @@ def main() -> None:
         samples = run_rounds(env, args.rounds, args.warmup, args.pause, script)
         order, ph = phases(env, samples.ledger_ids)
         settings = effective_settings(env)
+        args.product = env.product()
         print(json.dumps({w: samples.times[w] for w in WAYS}, indent=1))
     text = section(args, samples, order, ph, settings)
     print(text)
