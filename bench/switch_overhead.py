@@ -184,8 +184,12 @@ def effective_settings(env: BenchEnv) -> str:
         "import json, sys; from gpushift import config; c = config.load(sys.argv[1]); "
         f"print(json.dumps({{t: {{k: getattr(getattr(c, t), k, None) for k in ks}} for t, ks in {keys!r}.items()}}))"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code, str(env.config_path)], env=env.cli_env(), capture_output=True, text=True
+    r = subprocess.run(  # not from the checkout's root, whose gpushift `python -c` would import first
+        [sys.executable, "-c", code, str(env.config_path)],
+        env=env.cli_env(),
+        cwd=env.base,
+        capture_output=True,
+        text=True,
     )
     try:
         got = json.loads(r.stdout)
