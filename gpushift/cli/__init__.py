@@ -302,10 +302,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """
     try:
         cfg = _config(ctx)
-        from ..adapters.client import Client
+        from ..adapters.lightclient import get_status
 
         try:
-            s = Client(cfg.daemon.bus).status()
+            s = get_status(cfg.daemon.bus)  # pure-Python D-Bus: no PyGObject on the read path
         except DaemonUnavailable as e:
             s = _local_status(ctx, str(e))
     except GpushiftError as e:

@@ -229,7 +229,7 @@ class Switcher:
             try:
                 fn(event)
             except Exception as e:  # a listener's bug must not break the switch
-                self.log.error("listener_failed", error=repr(e))
+                self.log.error("listener_failed", ticket=event.ticket, error=repr(e))
 
     def _report(self, run: SwitchRun, phase: Phase, detail: str) -> None:
         self._beat()

@@ -30,7 +30,8 @@ Misbehaviours on request (each one a failure gpushift must survive):
     --hold-device PATH ...     keep these (simulated GPU device) files open for its whole life,
                                as a real server maps the device
 
-It logs one line per event to stdout (a unit's ``StandardOutput=append:FILE`` keeps them).
+It logs one line per event to stdout (in a unit: the journal) and, when ``$STANDIN_LOG_FILE`` is
+set, appends the same line to that file, where a test waits for it without asking the journal.
 
 A unit runs it from this checkout (it is not part of the installed package): ``ExecStart=`` begins
 with :func:`unit_command` and the unit carries :data:`UNIT_ENVIRONMENT`, so systemd can start it
@@ -65,8 +66,13 @@ def unit_command(python: str = sys.executable) -> str:
 
 
 def log(message: str) -> None:
-    """One line to stdout, flushed at once (systemd appends it to the unit's log file)."""
-    print(f"standin[{os.getpid()}] {time.strftime('%H:%M:%S')} {message}", flush=True)
+    """One line to stdout, flushed at once, and appended to ``$STANDIN_LOG_FILE`` when set."""
+    line = f"standin[{os.getpid()}] {time.strftime('%H:%M:%S')} {message}"
+    print(line, flush=True)
+    path = os.environ.get("STANDIN_LOG_FILE")
+    if path:
+        with contextlib.suppress(OSError), open(path, "a") as f:
+            f.write(line + "\n")
 
 
 class StandinState:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpushift.config import parse
-from gpushift.daemon import _reloadable
+from gpushift.daemon import reloadable
 from gpushift.errors import ConfigError
 
 BASE = """
@@ -34,7 +34,7 @@ def cfg(provider: str = "nvml", release: int = 120, start: int = 300, extra: str
 
 def test_reload_accepts_backend_timeouts_and_new_backends_on_nvml() -> None:
     extra = '[backends.night]\nunit = "night.service"\nhealth_url = "http://127.0.0.1:8080/health"\n'
-    _reloadable(cfg(), cfg(start=900, extra=extra))
+    reloadable(cfg(), cfg(start=900, extra=extra))
 
 
 @pytest.mark.parametrize(
@@ -47,9 +47,9 @@ def test_reload_accepts_backend_timeouts_and_new_backends_on_nvml() -> None:
 )
 def test_reload_refuses_what_was_built_at_start(new, named: str) -> None:
     with pytest.raises(ConfigError, match=rf"{named}.*systemctl restart gpushift"):
-        _reloadable(cfg(), new())
+        reloadable(cfg(), new())
 
 
 def test_reload_refuses_backend_changes_under_the_simulated_provider() -> None:
     with pytest.raises(ConfigError, match="backends"):
-        _reloadable(cfg(provider="simulated"), cfg(provider="simulated", start=900))
+        reloadable(cfg(provider="simulated"), cfg(provider="simulated", start=900))

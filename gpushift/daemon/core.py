@@ -1,8 +1,10 @@
-"""L5: the daemon — the composition root.
+"""L5: the daemon's composition root — builds every collaborator, owns the bus name, runs the loop.
 
 Threads (docs/design.md has the full picture):
-- the GLib main loop (main thread): D-Bus handlers, signal emission, Unix signals, watchdog;
+- the GLib main loop (main thread): D-Bus handlers, signal emission, Unix signals, watchdog, the
+  clockwork's once-a-second timer;
 - the switch worker (one at a time, started by the Switcher);
+- the sampler's thread (status reads its snapshot);
 - the scheduler's thread (APScheduler), which only *asks* for switches through the same door as a
   person does.
 """
@@ -15,72 +17,18 @@ import os
 import signal
 import sys
 import threading
-import time
 from datetime import datetime, timezone
 from typing import Any
 
-from . import __version__, wiring
-from . import config as config_mod
-from .errors import ConfigError, GpushiftError
-from .keeper import WatchSettings
-from .model import Caller, EventKind, Trigger
-from .schedule import Schedule
-from .switch import Event, Switcher
-
-
-def load_schedule_of(config: config_mod.Config) -> Schedule | None:
-    """The schedule the config names, checked against its backends.
-
-    ``[daemon] schedule`` absent: the default path, when that file exists; ``""``: no schedule.
-    A named file that is missing or invalid is an error (the daemon refuses to start on it).
-    """
-    from .schedule import DEFAULT_SCHEDULE_PATH, load_schedule
-
-    path = config.daemon.schedule
-    if path == "":
-        return None
-    if path is None:
-        if not os.path.exists(DEFAULT_SCHEDULE_PATH):
-            return None
-        path = DEFAULT_SCHEDULE_PATH
-    return load_schedule(path, backends=set(config.backends))
-
-
-def _reloadable(old: config_mod.Config, new: config_mod.Config) -> None:
-    """Refuse a reload that changes what was built at start (bus, GPU provider, paths)."""
-    changed = [
-        key
-        for key, a, b in (
-            ("daemon.bus", old.daemon.bus, new.daemon.bus),
-            ("daemon.state_dir", old.daemon.state_dir, new.daemon.state_dir),
-            ("daemon.runtime_dir", old.daemon.runtime_dir, new.daemon.runtime_dir),
-            ("gpu", old.gpu, new.gpu),
-        )
-        if a != b
-    ]
-    if old.gpu.provider == "simulated" and dict(old.backends) != dict(new.backends):
-        changed.append("backends (the simulated GPUs attribute memory by backend)")
-    if changed:
-        raise ConfigError(
-            f"{new.path}: {', '.join(changed)} changed: that needs `systemctl restart gpushift` "
-            "(a reload keeps them); the old config stays in force"
-        )
-
-
-def parse_until(text: str, tz: Any) -> datetime:
-    """``2026-12-01 08:00`` (local to the schedule's zone, or the host's) → aware datetime."""
-    try:
-        t = datetime.fromisoformat(text.strip().replace("T", " "))
-    except ValueError:
-        raise GpushiftError(f"--until: cannot read {text!r} (expected e.g. '2026-12-01 08:00')") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=tz) if tz is not None else t.astimezone()
-    return t.astimezone(timezone.utc)
-
-
-def watch_settings(config: config_mod.Config) -> dict[str, WatchSettings]:
-    """Per backend, what the keeper does when it crashes or wedges."""
-    return {n: WatchSettings(b.on_crash, b.unhealthy_after_s) for n, b in config.backends.items()}
+from .. import __version__, wiring
+from .. import config as config_mod
+from ..adapters.dbus_names import BUS_NAME
+from ..errors import ConfigError, GpushiftError
+from ..model import Caller, EventKind, Trigger
+from ..switch import Event, Switcher
+from .clockwork import Clockwork
+from .settings import load_schedule_of, parse_until, reloadable, watch_settings
+from .watch import BackendWatcher
 
 
 class Daemon:
@@ -90,7 +38,7 @@ class Daemon:
         self.config_path = config_mod.config_path(config_path)
         self.config = config_mod.load(self.config_path)
         self.schedule = load_schedule_of(self.config)
-        from . import logs
+        from .. import logs
 
         self.log = logs.setup(self.config.daemon.log_level)
         self.started_at = datetime.now(timezone.utc)
@@ -98,10 +46,9 @@ class Daemon:
         self.reloaded_at: datetime | None = None
         self._loop: Any = None
         self._service: Any = None
-        self._scheduler: Any = None
         self._manual_tickets: set[str] = set()
         self._publication: Any = None
-        from .adapters.notify import Notifier
+        from ..adapters.notify import Notifier
 
         self.notify = Notifier()
 
@@ -110,7 +57,7 @@ class Daemon:
     def build(self) -> None:
         self.components = wiring.build(self.config, log=self.log)
         ports = self.components.ports
-        from .adapters.doctor_io import HostDoctor
+        from ..adapters.doctor_io import HostDoctor
 
         ports.doctor = HostDoctor(ports.units, ports.gpu, ports.ledger)
         self.switcher = Switcher(
@@ -118,8 +65,10 @@ class Daemon:
         )
         if ports.gpu.simulated:
             self.log.warning("gpu_simulated", detail="GPU provider is SIMULATED: no real VRAM is measured")
-        from .adapters.overrides import JsonOverrideStore
-        from .keeper import Keeper
+        from ..adapters.overrides import JsonOverrideStore
+        from ..keeper import Keeper
+
+        self.watcher = BackendWatcher(ports, self.components.bus, self.log)
 
         self.keeper = Keeper(
             self.switcher,
@@ -130,14 +79,17 @@ class Daemon:
             log=self.log,
             max_attempts=self.config.daemon.max_attempts,
             retry_after_s=self.config.daemon.retry_after_s,
-            watch=self,
+            watch=self.watcher,
             settings=watch_settings(self.config),
+        )
+        self.clockwork = Clockwork(
+            self.keeper, lambda: self.config.daemon.reconcile_interval_s, self._reconcile, self.log
         )
 
     def converge(self) -> None:
         """At start, before the first decision: recover from a switch the previous daemon did not
         finish (docs/reliability.md), and close every other unfinished ledger row."""
-        from .switch import recovery
+        from ..switch import recovery
 
         ov = self.keeper.override
         fire = self.schedule.in_effect(datetime.now(timezone.utc)) if self.schedule is not None else None
@@ -159,26 +111,6 @@ class Daemon:
             )
         else:
             recovery.start(self.switcher, plan, self.log)
-
-    # ------------------------------------------------------------ what the keeper watches
-
-    def foreign_job(self, unit: str) -> bool | None:
-        jobs = getattr(self, "jobwatch", None)
-        return jobs.foreign_job(unit) if jobs is not None else None
-
-    def unhealthy_for(self, backend: str) -> float | None:
-        """How long the sampler has seen ``backend``'s health fail without a break (its unit active)."""
-        sampler = getattr(self, "sampler", None)
-        if sampler is None:
-            return None
-        sample = sampler.snapshot()
-        b = sample.backend(backend)
-        now = self.components.ports.clock.monotonic()
-        if b is None or b.unhealthy_since is None or sample.taken_at is None:
-            return None
-        if now - sample.taken_at > 2 * sample.period_s:
-            return None  # the sampler is behind: do not judge a backend on an old picture
-        return float(now - b.unhealthy_since)
 
     # ------------------------------------------------------------ Backend protocol (D-Bus calls)
 
@@ -235,7 +167,7 @@ class Daemon:
             mode=ov.mode,
             until=ov.until.isoformat() if ov.until else None,
         )
-        self._arm()
+        self.clockwork.arm()
         return ticket
 
     def cancel(self, caller: Caller) -> str:
@@ -245,7 +177,7 @@ class Daemon:
 
     def resume(self, caller: Caller) -> str:
         summary = self.keeper.resume(caller)
-        self._arm()
+        self.clockwork.arm()
         return summary
 
     def reload(self, caller: Caller) -> str:
@@ -272,7 +204,7 @@ class Daemon:
                     self.keeper.manual_failed(ev.result.to_backend)
                 self._manual_tickets.discard(ev.ticket)
                 self._update_status_line()
-                self._tick(Trigger.RECONCILE)
+                self.clockwork.tick(Trigger.RECONCILE)
             return False
 
         GLib.idle_add(emit)
@@ -281,11 +213,12 @@ class Daemon:
 
     def _start_sampler(self) -> None:
         """The sampler's first sample is taken before the bus name is: status has a picture at once."""
-        from .adapters.sampler import Sampler
+        from ..adapters.sampler import Sampler
 
         self.sampler = Sampler(self.config, self.components.ports, log=self.log)
         self.sampler.sample_once()
         self.sampler.start()
+        self.watcher.sampler = self.sampler
 
     def _sample_after_switch(self) -> None:
         """On the worker thread, before Finished goes out: a sample taken after the switch ended,
@@ -332,7 +265,7 @@ class Daemon:
         try:
             new = config_mod.load(self.config_path)
             new_schedule = load_schedule_of(new)
-            _reloadable(self.config, new)
+            reloadable(self.config, new)
         except ConfigError as e:
             self.reload_error = str(e)
             self.log.error("reload_rejected", error=str(e), detail="the old config stays in force")
@@ -347,12 +280,12 @@ class Daemon:
         self.keeper.configure(new.daemon.max_attempts, new.daemon.retry_after_s, watch_settings(new))
         if self._service is not None:
             self._service.allowed_group = new.daemon.allowed_group
-        self._keep_units_loaded()
+        self.watcher.keep_units_loaded(new)
         self.reload_error = None
         self.reloaded_at = datetime.now(timezone.utc)
         self.log.info("reloaded", why=why, config=self.config_path)
         self.notify.ready()
-        self._tick(Trigger.RECONCILE)
+        self.clockwork.tick(Trigger.RECONCILE)
         self._update_status_line()
         where = f" and {new_schedule.path}" if new_schedule else ""
         return f"reloaded {self.config_path}{where}"
@@ -377,8 +310,8 @@ class Daemon:
     def run(self) -> int:
         from gi.repository import GLib
 
-        from .adapters import dbus_service
-        from .adapters.notify import watchdog_interval_s
+        from ..adapters import dbus_service
+        from ..adapters.notify import watchdog_interval_s
 
         self.build()
         self._start_sampler()
@@ -391,15 +324,15 @@ class Daemon:
         except RuntimeError as e:
             self.log.error(
                 "bus_name_taken",
-                name=dbus_service.BUS_NAME,
+                name=BUS_NAME,
                 error=str(e),
                 detail="another gpushift daemon runs on this bus",
             )
             self.sampler.stop()
             return 1
         self._loop = GLib.MainLoop()
-        self._start_jobwatch()
-        self._keep_units_loaded()
+        self.watcher.start_jobwatch()
+        self.watcher.keep_units_loaded(self.config)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGTERM, self._quit)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGINT, self._quit)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGHUP, self._sighup)
@@ -411,120 +344,32 @@ class Daemon:
             "daemon_ready",
             pid=os.getpid(),
             bus=self.config.daemon.bus,
-            name=dbus_service.BUS_NAME,
+            name=BUS_NAME,
             running=running,
             version=__version__,
             schedule=self.schedule.path if self.schedule else None,
         )
-        self._start_scheduler()
+        self.clockwork.start()
         self.notify.ready()
         try:
             self.converge()  # a switch the previous daemon died in: converge before anything decides
         except Exception as e:  # the start's edge: log it, keep serving requests and the schedule
             self.log.exception("recovery_failed", error=repr(e))
-        self._tick(Trigger.RECONCILE)  # boot or crash restart: bring up what the schedule wants
+        self.clockwork.tick(Trigger.RECONCILE)  # boot or crash restart: bring up what the schedule wants
         self._update_status_line()
-        self._last_offset = time.time() - time.monotonic()
-        self._last_reconcile = time.monotonic()
-        GLib.timeout_add(1000, self._every_second)
         self._loop.run()
         self.sampler.stop()
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)
+        self.clockwork.stop()
         self.notify.stopping()
         self.log.info("daemon_stopping", detail="backends are left as they are")
         return 0
 
-    def _keep_units_loaded(self) -> None:
-        """Reference every backend unit, so an exit's status stays readable (systemd unloads an
-        unreferenced unit that exited 0, and forgets how it ended)."""
-        keep = getattr(self.components.ports.units, "keep_loaded", None)
-        if keep is None:
-            return
-        for b in self.config.backends.values():
-            try:
-                keep(b.unit)
-            except GpushiftError as e:
-                self.log.warning("unit_not_referenced", unit=b.unit, error=str(e))
-
-    def _start_jobwatch(self) -> None:
-        """Watch systemd's JobNew on the loop thread: a person's systemctl from a backend's own exit."""
-        from .adapters.jobwatch import JobWatch
-
-        units = self.components.ports.units
-        own = getattr(units, "own_jobs", None)
-        if own is None:
-            return
-        watch = JobWatch(self.components.bus, lambda: list(own), log=self.log)
-        try:
-            watch.start()
-        except Exception as e:  # without it a failed unit still counts as a crash: degrade, say so
-            self.log.warning(
-                "jobwatch_unavailable", error=repr(e), detail="an inactive unit counts as stopped by a person"
-            )
-            return
-        self.jobwatch = watch
-
-    # ------------------------------------------------------------ the schedule's clockwork
-
-    def _start_scheduler(self) -> None:
-        """APScheduler runs the boundary job: a one-shot DateTrigger at the next boundary."""
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        self._scheduler = BackgroundScheduler(
-            timezone=timezone.utc,
-            job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
-        )
-        self._scheduler.start()
-        self._arm()
-
-    def _arm(self) -> None:
-        """(Re-)arm the boundary job for the next boundary or override end."""
-        sched = getattr(self, "_scheduler", None)
-        if sched is None:
-            return
-        from apscheduler.triggers.date import DateTrigger
-
-        when = self.keeper.next_wakeup()
-        if when is None:
-            if sched.get_job("boundary"):
-                sched.remove_job("boundary")
-            return
-        sched.add_job(self._on_boundary, DateTrigger(run_date=when), id="boundary", replace_existing=True)
-        self.log.debug("boundary_armed", at=when.isoformat())
-
-    def _on_boundary(self) -> None:
-        """On APScheduler's thread, at a schedule boundary (or an override's end)."""
-        self._tick(Trigger.SCHEDULE)
-        self._arm()
-
-    def _tick(self, trigger: Trigger) -> None:
-        try:
-            action = self.keeper.tick(trigger)
-        except Exception as e:  # the scheduler's edge: log, never die
-            self.log.exception("tick_failed", error=repr(e))
-            return
-        self.log.debug("tick", trigger=trigger.value, action=action)
-
-    def _every_second(self) -> bool:
-        """GLib (monotonic) timer: notice wall-clock jumps, reconcile every reconcile_interval_s."""
-        offset = time.time() - time.monotonic()
-        jumped = abs(offset - self._last_offset) > 2.0
-        if jumped:
-            self.log.warning(
-                "clock_jump",
-                seconds=round(offset - self._last_offset, 1),
-                detail="re-arming the schedule and reconciling",
-            )
-        self._last_offset = offset  # every second: slow NTP slewing never adds up to a "jump"
-        due = time.monotonic() - self._last_reconcile >= self.config.daemon.reconcile_interval_s
-        if jumped or due:
-            self._last_reconcile = time.monotonic()
-            self._flush_ledger()
-            self._tick(Trigger.RECONCILE)
-            self._arm()
-            self._update_status_line()
-        return True
+    def _reconcile(self) -> None:
+        """Every reconcile_interval_s and after a clock jump (the clockwork's timer, loop thread)."""
+        self._flush_ledger()
+        self.clockwork.tick(Trigger.RECONCILE)
+        self.clockwork.arm()
+        self._update_status_line()
 
     def _flush_ledger(self) -> None:
         """A degraded ledger (disk full, locked) retries its pending spool here; every time, the

@@ -1,0 +1,12 @@
+"""L5: the daemon (``gpushift daemon``, what units/gpushift.service runs).
+
+``core`` (the composition root: build, D-Bus calls, events to signals, reload, watchdog, the
+loop) · ``clockwork`` (when the keeper decides: the boundary job, clock jumps, reconcile) ·
+``watch`` (what the keeper sees between switches: a person's systemctl, failing health) ·
+``settings`` (what a config means for the running daemon: the schedule, reload rules).
+"""
+
+from .core import Daemon, main
+from .settings import load_schedule_of, parse_until, reloadable
+
+__all__ = ["Daemon", "load_schedule_of", "main", "parse_until", "reloadable"]
