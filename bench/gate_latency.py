@@ -342,6 +342,9 @@ Where the gate's time goes (medians; the gate's reads timed through a thin wrapp
   threshold) returns: the moment NVML tells anyone. The memory was freed during that call, which may have
   waited on the driver; the column "− start of the releasing sample's call" counts from the call's start instead
   (an upper bound of the gate's lag).
+- Reading the breakdown: a read of the gate that began before the release and took far longer than a
+  memory-only read waited on the driver, which holds NVML calls while it tears the dead process's
+  context down; it returns with the reference's releasing sample (a negative "began after the release").
 - The gate: `Steps.wait_released` over the real `NvmlGpuProbe` (NVML and the /proc fd scan for holders) with the
   daemon's defaults ({intervals}), started before the kill.
 - GPU: {b.gpu.name} (NVML index {b.gpu.index}), driver {b.facts.driver_version}, CUDA {b.facts.cuda_version}.
