@@ -272,6 +272,9 @@ def render_status(s: dict[str, Any]) -> str:
             f"({last.get('trigger')} by {last.get('requested_by')})"
             + (f": {last['message']}" if last.get("message") and last.get("outcome") != "ok" else "")
         )
+        w = last.get("warmup") or {}
+        if w.get("ok"):
+            lines.append(f"warm-up:  first token {w.get('ttft_s'):.2f}s, answered in {w.get('total_s'):.2f}s")
     else:
         lines.append("last:     no switch recorded yet")
     led = s.get("ledger") or {}

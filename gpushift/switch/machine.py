@@ -370,6 +370,7 @@ class Switcher:
                     steps.persist(run)
                     steps.start_and_wait(run, config, target_cfg, rec.durations_s)
             if target_cfg is not None:
+                steps.warm_up(run, config, target_cfg, rec)
                 steps.persist(run)
                 steps.check_cancel(run, Phase.READY)
                 st = self.ports.units.state(target_cfg.unit)
