@@ -83,6 +83,7 @@ class BenchEnv(GpushiftEnv):
                 f'metrics_url = "{origin}/metrics"',
                 f"gpus = {json.dumps(b.gpus)}",
                 f"simulated_vram_mib = {b.vram_mib}",
+                *b.extra_config,
             ]
         if self.extra_config:
             lines += ["", *self.extra_config]

@@ -18,7 +18,8 @@ Reports the medians, gpushift's overhead (median gpushift − median limit), its
 recipes, and the phases of gpushift's switches (the ledger rows' ``durations_s``).  Writes its
 section into docs/benchmarks.md.
 
-    .venv/bin/python bench/switch_overhead.py [--rounds 5] [--warmup 1] [--start-delay 1] [--pause 0.5] [--no-write]
+    .venv/bin/python bench/switch_overhead.py [--rounds 5] [--warmup 1] [--start-delay 1] [--pause 0.5]
+        [--warmup-request] [--no-write]
     .venv/bin/python bench/switch_overhead.py --smoke     # 1 round, no warm-up, nothing written
 """
 
@@ -55,6 +56,9 @@ while fuser -s "$@"; do sleep "$pause"; done     # VRAM free: nobody has the GPU
 systemctl --user start "$to"
 until curl -sf -o /dev/null "$url"; do sleep "$pause"; done
 """
+
+#: The warm-up request of ``--warmup-request`` (the generic kind sends none unless configured).
+WARMUP_REQUEST = 'warmup = { path = "/v1/completions", body = { prompt = "hi", max_tokens = 4 } }'
 
 WAYS = ("limit", "gpushift", "recipe 1 s", "recipe 0.1 s")
 
@@ -222,12 +226,26 @@ def section(
         for p in order
         if ph.get(p)
     ]
+    rows_total = ph.get("(row: started → finished)")
+    if rows_total:
+        phase_rows.append(
+            f"| (outside the row: wall − row — the CLI's start-up, the D-Bus call and reply, the exit) | "
+            f"{gs - benchdoc.median(rows_total):.3f} s | |"
+        )
     if s.gpushift_own:
         own = benchdoc.median(s.gpushift_own)
         phase_rows.append(
-            f"| (CLI: start-up, imports, bus connection: wall − the CLI's own elapsed) | {gs - own:.3f} s | |"
+            f"| (of which before the CLI's clock starts and after its last line: interpreter, imports, exit) | "
+            f"{gs - own:.3f} s | |"
         )
     n = args.rounds
+    warm = (
+        f"after /health answers gpushift sends the warm-up request `{WARMUP_REQUEST}` (as the vllm and "
+        "llama-server kinds send theirs by default)"
+        if args.warmup_request
+        else "no warm-up request after /health (the generic kind's default; the vllm and llama-server kinds "
+        "send one: `--warmup-request` measures that)"
+    )
     recipe = "\n".join(f"    {line}" for line in RECIPE.rstrip().splitlines())
     return f"""## `gpushift switch` against the backends' own time and the shell recipes
 
@@ -246,13 +264,13 @@ Where gpushift's time goes (medians over its {len(s.ledger_ids)} switches; the l
 |---|---|---|
 {chr(10).join(phase_rows)}
 
-- Command: `.venv/bin/python bench/switch_overhead.py --rounds {n} --warmup {args.warmup} --start-delay {args.start_delay:g} --pause {args.pause:g}`
-  ({n} rounds after {args.warmup} warm-up round(s); each round runs every way A→B and B→A, the ways in a
+- Command: `.venv/bin/python bench/switch_overhead.py --rounds {n} --warmup {args.warmup} --start-delay {args.start_delay:g} --pause {args.pause:g}{" --warmup-request" if args.warmup_request else ""}`
+  ({n} round(s) after {args.warmup} warm-up round(s); each round runs every way A→B and B→A, the ways in a
   rotating order, {args.pause:g} s apart; median over both directions, {2 * n} samples per way).
 - Setup: a private systemd user manager and session bus, the shipped `units/gpushift.service` with the
   test drop-in, two stand-in backends (`tests/support/standin.py --start-delay {args.start_delay:g}`: /health
   answers 503 until {args.start_delay:g} s after the process started, then 200; SIGTERM ends them at once), each
-  on both simulated GPUs; the daemon's default timings: {settings}.
+  on both simulated GPUs, kind `generic`; {warm}; the daemon's default timings: {settings}.
 - limit: `systemctl --user stop A; systemctl --user start B`, then GET /health every 10 ms (Python) until 200.
 - gpushift: wall time of `gpushift switch B` until the command exits (after the launch row is written).
 - The recipes: this script with `pause` 1 and 0.1; "VRAM free" is checked the way a person does it on a
@@ -273,6 +291,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="measured rounds (each: every way A→B and B→A)")
     ap.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted")
     ap.add_argument("--start-delay", type=float, default=1.0, help="seconds the stand-ins take to answer 200")
+    ap.add_argument(
+        "--warmup-request",
+        action="store_true",
+        help="configure a warm-up request for the stand-ins (what the vllm and llama-server kinds send by default)",
+    )
     ap.add_argument("--pause", type=float, default=0.5, help="seconds between two measured switches")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     ap.add_argument(
@@ -285,7 +308,11 @@ def main() -> None:
         args.rounds, args.warmup, args.pause, args.no_write = 1, 0, 0.1, True
 
     def factory(sb: object, base: Path) -> BenchEnv:
-        return BenchEnv(sb, base, backends(args.start_delay), gpu_lines=["simulated_release_delay_s = 0"])  # type: ignore[arg-type]
+        bs = backends(args.start_delay)
+        if args.warmup_request:  # a proof of inference after /health, as the vllm and llama-server kinds send
+            for b in bs:
+                b.extra_config.append(WARMUP_REQUEST)
+        return BenchEnv(sb, base, bs, gpu_lines=["simulated_release_delay_s = 0"])  # type: ignore[arg-type]
 
     with running(factory) as env:
         script = env.base / "recipe.sh"
