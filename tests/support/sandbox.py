@@ -38,8 +38,11 @@ Things learned the hard way (measured on a Debian 12 container, systemd 252):
   finds nothing.  Give test units ``StandardOutput=append:FILE`` and ``StandardError=append:FILE``
   to read their logs.  The manager's own log is ``<base_dir>/systemd.log``, the bus's
   ``<base_dir>/dbus.log``.
-* Hardening that needs a new mount namespace fails inside such a container
-  (``ProtectHome=yes`` → exit 226/NAMESPACE): test drop-ins turn those off.
+* Mount-namespace hardening of a unit (``ProtectHome=yes``, ``ProtectKernelLogs=``, ``ProtectProc=``)
+  fails with 226/NAMESPACE unless the namespace looks like a booted host's: the nodes PID 1 makes
+  under ``/run/systemd/inaccessible/`` (mounted over what a unit may not see) and ``/run`` a mount
+  of its own (with ``ProtectProc=``, a path bound below a plain ``/run`` directory is not found).
+  The private namespace gets both.
 
 Command line (for the demo and for poking at it by hand)::
 
@@ -401,8 +404,13 @@ class Sandbox:
         if booted:
             argv = ["sh", "-c", gate, systemd]
         else:
+            # /run a mount of its own and the inaccessible nodes, as on a host booted with systemd
+            # (see the module docstring).
             setup = (
-                "mkdir -p /run/systemd && mount -t tmpfs tmpfs /run/systemd && mkdir -p /run/systemd/system"
+                "mount --bind /run /run && mkdir -p /run/systemd && mount -t tmpfs tmpfs /run/systemd"
+                " && mkdir -p /run/systemd/system /run/systemd/inaccessible && cd /run/systemd/inaccessible"
+                " && touch reg && mkdir dir && mkfifo fifo && mknod chr c 0 0 && mknod blk b 0 0"
+                " && chmod 0 reg dir fifo chr blk && cd /"
             )
             argv = [
                 "unshare",
