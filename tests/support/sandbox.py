@@ -407,7 +407,7 @@ class Sandbox:
             # /run a mount of its own and the inaccessible nodes, as on a host booted with systemd
             # (see the module docstring).
             setup = (
-                "mount --bind /run /run && mkdir -p /run/systemd && mount -t tmpfs tmpfs /run/systemd"
+                "mount --rbind /run /run && mkdir -p /run/systemd && mount -t tmpfs tmpfs /run/systemd"
                 " && mkdir -p /run/systemd/system /run/systemd/inaccessible && cd /run/systemd/inaccessible"
                 " && touch reg && mkdir dir && mkfifo fifo && mknod chr c 0 0 && mknod blk b 0 0"
                 " && chmod 0 reg dir fifo chr blk && cd /"
