@@ -266,6 +266,9 @@ def render_status(s: dict[str, Any]) -> str:
         blocked = s.get("blocked") or sched.get("blocked")
         if blocked:
             lines.append(f"blocked:  {blocked}")
+        deferred = s.get("deferred")
+        if deferred:
+            lines.append(f"deferred: {deferred.get('why')}")
         lines.append(
             f"last:     #{last.get('id')} {last.get('from') or 'off'} -> {last.get('to')} "
             f"{last.get('outcome')} at {last.get('finished_at') or last.get('started_at')} "
@@ -332,6 +335,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
     is_flag=True,
     help="BACKEND already serves: stop it and start it again through the whole gate (a new launch row).",
 )
+@click.option(
+    "--when-idle",
+    is_flag=True,
+    help="Switch once the serving backend has no request in flight (its idle_s), at most its "
+    "defer_while_busy_s (600 s when unset) later; returns at once.",
+)
 @click.option("--hold", is_flag=True, help="Keep BACKEND until `gpushift resume` (the schedule waits).")
 @click.option("--until", "until", metavar="TIME", help="Keep BACKEND until TIME ('2026-12-01 08:00').")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress goes to stderr).")
@@ -343,6 +352,7 @@ def switch(
     no_wait: bool,
     skip_drain: bool,
     restart: bool,
+    when_idle: bool,
     hold: bool,
     until: str | None,
     as_json: bool,
@@ -361,6 +371,9 @@ def switch(
         if backend == "off":
             raise click.UsageError("--restart relaunches a backend; `off` has nothing to restart")
         options["restart"] = True
+    if when_idle:
+        options["when_idle"] = True
+        no_wait = True  # the keeper makes the switch later: nothing to follow now
     if hold:
         options["hold"] = True
     if until:
@@ -381,7 +394,14 @@ def switch(
         _fail(e)
         return
     if no_wait:
-        click.echo(json.dumps(result) if as_json else f"queued: ticket {result['ticket']}")
+        if result.get("ticket") == "when-idle":
+            click.echo(
+                json.dumps(result)
+                if as_json
+                else f"queued: switching to {backend} once the serving backend is idle"
+            )
+        else:
+            click.echo(json.dumps(result) if as_json else f"queued: ticket {result['ticket']}")
         return
     if as_json:
         click.echo(json.dumps(result, indent=2, default=str))
