@@ -40,6 +40,7 @@ class DaemonConfig:
     # polls this often; readiness then backs off towards poll_interval_s for slow loaders.
     fast_poll_interval_s: float = 0.02
     evidence_lines: int = 50  # a failed start's or a crash's row keeps the unit's last log lines
+    prewarm_rate_mib_s: float = 512.0  # the pre-warm reader's cap, so the serving backend keeps its disk
     stop_timeout_s: float = 180.0  # waiting for a stop job; systemd's TimeoutStopSec kills first
     log_level: str = "info"
     reconcile_interval_s: float = 30.0  # how often the schedule is checked against what runs
@@ -102,6 +103,8 @@ class BackendConfig:
     unhealthy_after_s: float = 120.0  # health failing this long while the unit is active: wedged
     defer_while_busy_s: float = 0.0  # a boundary away from it waits this long for an idle moment (0: off)
     idle_s: float = 5.0  # an idle moment: no request in flight for this long
+    prewarm_lead_s: float = 120.0  # read its model files into the page cache this long before (0: off)
+    prewarm_paths: tuple[str, ...] = ()  # what to pre-warm instead of the kind's model files
     warmup: WarmupConfig | None = None  # a first completion after ready; None: none (generic default)
 
 
@@ -252,6 +255,13 @@ class _Reader:
             raise self.err(f"{where}.{key}", f'expected a list of strings (e.g. ["GPU-1a2b…"]), got {v!r}')
         return tuple(v)
 
+    def absolute_paths(self, d: Mapping[str, Any], where: str, key: str) -> tuple[str, ...]:
+        paths = self.strings(d, where, key)
+        for p in paths:
+            if not p.startswith("/"):
+                raise self.err(f"{where}.{key}", f"expected absolute paths, got {p!r}")
+        return paths
+
     def schedule_path(self, d: Mapping[str, Any]) -> str | None:
         """``schedule``: a path; ``""`` turns the schedule off; absent means the default path."""
         if "schedule" not in d:
@@ -286,6 +296,9 @@ class _Reader:
                 d, "daemon", "fast_poll_interval_s", 0.02, minimum=0.005, maximum=1.0
             ),
             evidence_lines=self.number(d, "daemon", "evidence_lines", 50, integer=True, maximum=1000),
+            prewarm_rate_mib_s=self.number(
+                d, "daemon", "prewarm_rate_mib_s", 512.0, minimum=1, maximum=100000
+            ),
             stop_timeout_s=self.number(d, "daemon", "stop_timeout_s", 180.0, minimum=1),
             log_level=self.string(d, "daemon", "log_level", "info", ("debug", "info", "warning", "error")),
             reconcile_interval_s=self.number(d, "daemon", "reconcile_interval_s", 30.0, minimum=1),
@@ -401,6 +414,8 @@ class _Reader:
             warmup=self.warmup(d, where, kind),
             defer_while_busy_s=self.number(d, where, "defer_while_busy_s", 0.0, maximum=86400),
             idle_s=self.number(d, where, "idle_s", 5.0, minimum=0.5, maximum=3600),
+            prewarm_lead_s=self.number(d, where, "prewarm_lead_s", 120.0, maximum=86400),
+            prewarm_paths=self.absolute_paths(d, where, "prewarm_paths"),
         )
 
     def warmup(self, d: Mapping[str, Any], where: str, kind: BackendKind) -> WarmupConfig | None:

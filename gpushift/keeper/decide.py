@@ -212,8 +212,9 @@ def _defer(
         d = Deferral(key, wants, s.now, s.mono, limit_s, ws.idle_s)
     waited = s.mono - d.since_mono
     idle = s.idle_for_s is not None and s.idle_for_s >= d.idle_s
-    if s.in_flight is None and s.idle_for_s is None:
+    if s.in_flight is None and s.idle_for_s is None and s.deferral is None:
         idle = True  # its gauges cannot tell: a busy moment cannot be told from an idle one
+    # (once waiting, a reading that cannot be told for a moment does not end the wait: the limit does)
     if not idle and waited < d.limit_s:
         n = "some" if s.in_flight is None else str(s.in_flight)
         summary = (
