@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..prewarm import FileInfo
+from . import safefile
 
 CHUNK = 8 * 1024 * 1024
 PAGE = mmap.PAGESIZE
@@ -122,13 +123,15 @@ def read_file(path: str, rate_bytes_s: float) -> dict[str, Any]:
     """Read one file through the page cache under the rate cap; only a regular file is read."""
     t0 = time.monotonic()
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        # safefile: the type is checked before anything is opened (a device's driver never runs)
+        f = safefile.open_regular(path)
+    except safefile.Skipped as e:
+        return {"path": path, "skipped": e.reason}
     except OSError as e:
         return {"path": path, "skipped": f"cannot open: {e.strerror or e}"}
-    try:
-        st = os.fstat(fd)  # on the descriptor: what was opened, not what the name pointed to before
-        if not stat.S_ISREG(st.st_mode):
-            return {"path": path, "skipped": _kind(st.st_mode)}
+    with f:
+        fd = f.fileno()
+        st = os.fstat(fd)
         cached = resident_bytes(fd, st.st_size)
         done = 0
         while True:
@@ -145,8 +148,6 @@ def read_file(path: str, rate_bytes_s: float) -> dict[str, Any]:
             "cached_before": cached,
             "seconds": round(time.monotonic() - t0, 3),
         }
-    finally:
-        os.close(fd)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

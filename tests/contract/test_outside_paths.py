@@ -137,3 +137,17 @@ def test_doctor_io_config_json_that_is_not_an_object_is_ignored(tmp_path: Path) 
     d = _vllm_dir(tmp_path)
     (d / "config.json").write_text("[1, 2]")
     assert within(lambda: doctor_io._checkpoint("vllm", ["vllm", "serve", str(d)], {})) is None
+
+
+# --------------------------------------------------------------------------- the pre-warm reader
+
+
+def test_prewarm_reader_skips_a_fifo_and_a_device_without_opening_them(fifo: Path) -> None:
+    from gpushift.adapters.prewarm import read_file
+
+    assert within(lambda: read_file(str(fifo), 1e9)) == {
+        "path": str(fifo),
+        "skipped": "not a regular file (FIFO)",
+    }
+    dev = within(lambda: read_file("/dev/zero", 1e9))
+    assert dev["skipped"] == "not a regular file (character device)"
