@@ -41,6 +41,8 @@ class DaemonConfig:
     # While a switch waits on the hardware (the VRAM gate, a backend's first seconds of loading) it
     # polls this often; readiness then backs off towards poll_interval_s for slow loaders.
     fast_poll_interval_s: float = 0.02
+    evidence_lines: int = 50  # a failed start's or a crash's row keeps the unit's last log lines
+    prewarm_rate_mib_s: float = 512.0  # the pre-warm reader's cap, so the serving backend keeps its disk
     stop_timeout_s: float = 180.0  # waiting for a stop job; systemd's TimeoutStopSec kills first
     log_level: str = "info"
     reconcile_interval_s: float = 30.0  # how often the schedule is checked against what runs
@@ -81,6 +83,23 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class WarmupConfig:
+    """The warm-up request after ready: ``body`` None means the kind's default body."""
+
+    path: str
+    body: Mapping[str, Any] | None = None
+    expect_status: int = 200
+    timeout_s: float = 60.0
+
+
+#: The kinds' warm-up requests: a few tokens of a completion, streamed (docs/config.md).
+DEFAULT_WARMUP = {
+    BackendKind.VLLM: WarmupConfig("/v1/completions"),
+    BackendKind.LLAMA_SERVER: WarmupConfig("/completion"),
+}
+
+
+@dataclass(frozen=True)
 class BackendConfig:
     name: str
     unit: str
@@ -96,6 +115,11 @@ class BackendConfig:
     pinned_version: str | None = None
     on_crash: str = "restart"  # the backend exited by itself or wedged: relaunch it ("stay": leave it)
     unhealthy_after_s: float = 120.0  # health failing this long while the unit is active: wedged
+    defer_while_busy_s: float = 0.0  # a boundary away from it waits this long for an idle moment (0: off)
+    idle_s: float = 5.0  # an idle moment: no request in flight for this long
+    prewarm_lead_s: float = 120.0  # read its model files into the page cache this long before (0: off)
+    prewarm_paths: tuple[str, ...] = ()  # what to pre-warm instead of the kind's model files
+    warmup: WarmupConfig | None = None  # a first completion after ready; None: none (generic default)
 
 
 @dataclass(frozen=True)
@@ -281,6 +305,13 @@ class _Reader:
             raise self.err(f"{where}.{key}", f'expected a list of strings (e.g. ["GPU-1a2b…"]), got {v!r}')
         return tuple(v)
 
+    def absolute_paths(self, d: Mapping[str, Any], where: str, key: str) -> tuple[str, ...]:
+        paths = self.strings(d, where, key)
+        for p in paths:
+            if not p.startswith("/"):
+                raise self.err(f"{where}.{key}", f"expected absolute paths, got {p!r}")
+        return paths
+
     def schedule_path(self, d: Mapping[str, Any]) -> str | None:
         """``schedule``: a path; ``""`` turns the schedule off; absent means the default path."""
         if "schedule" not in d:
@@ -313,6 +344,10 @@ class _Reader:
             poll_interval_s=self.number(d, "daemon", "poll_interval_s", 0.5, minimum=0.05),
             fast_poll_interval_s=self.number(
                 d, "daemon", "fast_poll_interval_s", 0.02, minimum=0.005, maximum=1.0
+            ),
+            evidence_lines=self.number(d, "daemon", "evidence_lines", 50, integer=True, maximum=1000),
+            prewarm_rate_mib_s=self.number(
+                d, "daemon", "prewarm_rate_mib_s", 512.0, minimum=1, maximum=100000
             ),
             stop_timeout_s=self.number(d, "daemon", "stop_timeout_s", 180.0, minimum=1),
             log_level=self.string(d, "daemon", "log_level", "info", ("debug", "info", "warning", "error")),
@@ -453,4 +488,40 @@ class _Reader:
             pinned_version=self.string(d, where, "pinned_version", None),
             on_crash=self.string(d, where, "on_crash", "restart", ("restart", "stay")),
             unhealthy_after_s=self.number(d, where, "unhealthy_after_s", 120.0, minimum=5),
+            warmup=self.warmup(d, where, kind),
+            defer_while_busy_s=self.number(d, where, "defer_while_busy_s", 0.0, maximum=86400),
+            idle_s=self.number(d, where, "idle_s", 5.0, minimum=0.5, maximum=3600),
+            prewarm_lead_s=self.number(d, where, "prewarm_lead_s", 120.0, maximum=86400),
+            prewarm_paths=self.absolute_paths(d, where, "prewarm_paths"),
         )
+
+    def warmup(self, d: Mapping[str, Any], where: str, kind: BackendKind) -> WarmupConfig | None:
+        """``warmup``: absent or ``true`` = the kind's default; ``false`` = none; a table = this request."""
+        key = f"{where}.warmup"
+        if "warmup" not in d:
+            return DEFAULT_WARMUP.get(kind)
+        v = d["warmup"]
+        if v is True:
+            if kind not in DEFAULT_WARMUP:
+                raise self.err(
+                    key, f"a {kind} backend has no default warm-up request: give a table with a body"
+                )
+            return DEFAULT_WARMUP[kind]
+        if v is False:
+            return None
+        if not isinstance(v, dict):
+            raise self.err(
+                key, f"expected true, false or a table {{ path = ..., body = {{...}} }}, got {v!r}"
+            )
+        self.no_unknown(v, key, {"path", "body", "expect_status", "timeout_s"})
+        path = v.get("path", DEFAULT_WARMUP[kind].path if kind in DEFAULT_WARMUP else None)
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise self.err(f"{key}.path", f'expected a path such as "/v1/completions", got {path!r}')
+        body = v.get("body")
+        if body is not None and not isinstance(body, dict):
+            raise self.err(f"{key}.body", f"expected a table (the JSON body), got {body!r}")
+        if body is None and kind not in DEFAULT_WARMUP:
+            raise self.err(f"{key}.body", f"a {kind} backend has no default warm-up body: give one")
+        status = self.number(v, key, "expect_status", 200, minimum=100, integer=True, maximum=599)
+        timeout = self.number(v, key, "timeout_s", 60.0, minimum=0.1, maximum=3600)
+        return WarmupConfig(path, dict(body) if body is not None else None, int(status), float(timeout))

@@ -42,6 +42,7 @@ class Phase(StrEnum):
     RELEASE = "release"  # the VRAM gate
     START = "start"
     READY = "ready"
+    WARMUP = "warmup"  # proof of inference: a first completion answered
     VERSION = "version"
     ROLLBACK = "rollback"
     DONE = "done"
@@ -301,6 +302,45 @@ class Health:
     ok: bool
     status: int | None  # HTTP status; None when the connection failed
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class WarmupRequest:
+    """A first inference request after a backend answers its health URL (proof it serves).
+
+    ``models_url``: ask it first for the served model's name (vLLM's ``/v1/models``) and put it in
+    the body's ``model``.  ``headers`` may carry the backend's API key: never log or record them.
+    """
+
+    url: str
+    body: dict[str, Any]
+    stream: bool
+    expect_status: int = 200
+    timeout_s: float = 60.0
+    models_url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WarmupResult:
+    """How the warm-up request went: time to the first streamed chunk and to the end."""
+
+    ok: bool
+    status: int | None
+    detail: str = ""
+    ttft_s: float | None = None  # first chunk (or the whole answer, not streamed)
+    total_s: float | None = None
+    chunks: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "status": self.status,
+            "detail": self.detail,
+            "ttft_s": self.ttft_s,
+            "total_s": self.total_s,
+            "chunks": self.chunks,
+        }
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from .model import (
     SwitchRecord,
     UnitState,
     VersionInfo,
+    WarmupRequest,
+    WarmupResult,
 )
 
 
@@ -74,6 +76,10 @@ class BackendProbe(Protocol):
         """Requests running or waiting on the backend; None when it cannot be told."""
         ...
 
+    def warmup(self, request: WarmupRequest) -> WarmupResult:
+        """Send a warm-up request (a first completion) and time it; never raises."""
+        ...
+
 
 class Ledger(Protocol):
     """The deployment ledger (SQLite)."""
@@ -120,6 +126,11 @@ class Host(Protocol):
 
     def launch_info(self, unit: UnitState, argv: Sequence[str]) -> dict[str, Any]:
         """Unit file and drop-in hashes, environment, model file fingerprints, host facts."""
+        ...
+
+    def unit_log(self, unit: str, lines: int) -> dict[str, Any]:
+        """The unit's last ``lines`` log lines from the journal (``{"source", "lines"}``; a host
+        without a journal says so in ``error``).  Never raises."""
         ...
 
 

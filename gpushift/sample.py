@@ -67,6 +67,7 @@ class BackendSample:
     health: Figure[Health] | None = None
     in_flight: Figure[int] | None = None
     unhealthy_since: float | None = None
+    idle_since: float | None = None  # since when no request has been in flight (known 0), else None
 
 
 @dataclass(frozen=True)

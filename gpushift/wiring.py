@@ -127,8 +127,11 @@ def compose_status(
     last = ledger.last()
     last_dict = last.to_dict() if last else None
     if last_dict:
+        extra = last_dict.get("extra") or {}
         for k in ("vram", "gpu_facts", "extra"):
             last_dict.pop(k, None)
+        if isinstance(extra.get("warmup"), dict):
+            last_dict["warmup"] = extra["warmup"]  # the proof of inference of the last launch
     since = ledger.since(active) if active and active != OFF else None
     out: dict[str, Any] = {
         "daemon": daemon,

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import DaemonUnavailable
 from .bus import connect
 from .dbus_errors import translate
-from .dbus_service import BUS_NAME, INTERFACE, OBJECT_PATH
+from .dbus_names import BUS_NAME, INTERFACE, OBJECT_PATH
 
 CALL_TIMEOUT_S = 30
 

@@ -23,10 +23,7 @@ from pydbus.generic import signal
 from ..errors import AccessDenied, GpushiftError
 from ..model import Caller
 from . import dbus_errors
-
-BUS_NAME = "org.gpushift.Switcher1"
-OBJECT_PATH = "/org/gpushift/Switcher1"
-INTERFACE = "org.gpushift.Switcher1"
+from .dbus_names import BUS_NAME, OBJECT_PATH
 
 # pydbus logs every exception a handler raises with a traceback; expected errors are not bugs.
 logging.getLogger("pydbus.registration").setLevel(logging.CRITICAL)

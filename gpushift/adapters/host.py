@@ -34,6 +34,11 @@ class ProcHost:
 
         return collect_launch_info(unit, argv, cache=self._fp_cache)
 
+    def unit_log(self, unit: str, lines: int) -> dict[str, Any]:
+        from .unitlog import unit_log
+
+        return unit_log(unit, lines)
+
 
 class SystemClock:
     """The :class:`gpushift.ports.Clock` of the real world.

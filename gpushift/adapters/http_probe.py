@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import Health, VersionInfo
+from ..model import Health, VersionInfo, WarmupRequest, WarmupResult
 from .version_command import run_version_command
 
 # Prometheus sample lines that count requests still being served or queued.
@@ -94,6 +94,11 @@ class HttpBackendProbe:
             # Under its own timeout (VERSION_COMMAND_TIMEOUT_S): timeout_s is the HTTP request's.
             return run_version_command(version_command)
         return VersionInfo(None, "none")
+
+    def warmup(self, request: WarmupRequest) -> WarmupResult:
+        from .warmup import run
+
+        return run(request)
 
     def in_flight(self, backend: Any) -> int | None:
         """Requests running or waiting (vLLM and llama-server gauges); None when unknown."""

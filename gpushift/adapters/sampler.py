@@ -210,6 +210,9 @@ class Sampler:
                         health=health,
                         in_flight=self._figures.get(f"in_flight:{name}"),
                         unhealthy_since=unhealthy_since(prev.backend(name), st, health, now, period),
+                        idle_since=idle_since(
+                            prev.backend(name), self._figures.get(f"in_flight:{name}"), now, period
+                        ),
                     )
                 )
             gpus = self._figures.get("gpu")
@@ -261,6 +264,22 @@ def unhealthy_since(
     if health.error is None and health.value is not None and health.value.ok:
         return None
     return before if before is not None else health.at
+
+
+def idle_since(
+    prev: BackendSample | None, in_flight: Figure[Any] | None, now: float, period_s: float
+) -> float | None:
+    """Since when no request has been in flight, by the backend's own gauges (None: some are, or it
+    cannot be told — a stale or failed reading, a backend without gauges)."""
+    if (
+        in_flight is None
+        or in_flight.error is not None
+        or in_flight.stale(now, period_s)
+        or in_flight.value != 0
+    ):
+        return None
+    before = prev.idle_since if prev is not None else None
+    return before if before is not None else in_flight.at
 
 
 def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:

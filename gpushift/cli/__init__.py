@@ -266,12 +266,18 @@ def render_status(s: dict[str, Any]) -> str:
         blocked = s.get("blocked") or sched.get("blocked")
         if blocked:
             lines.append(f"blocked:  {blocked}")
+        deferred = s.get("deferred")
+        if deferred:
+            lines.append(f"deferred: {deferred.get('why')}")
         lines.append(
             f"last:     #{last.get('id')} {last.get('from') or 'off'} -> {last.get('to')} "
             f"{last.get('outcome')} at {last.get('finished_at') or last.get('started_at')} "
             f"({last.get('trigger')} by {last.get('requested_by')})"
             + (f": {last['message']}" if last.get("message") and last.get("outcome") != "ok" else "")
         )
+        w = last.get("warmup") or {}
+        if w.get("ok"):
+            lines.append(f"warm-up:  first token {w.get('ttft_s'):.2f}s, answered in {w.get('total_s'):.2f}s")
     else:
         lines.append("last:     no switch recorded yet")
     led = s.get("ledger") or {}
@@ -302,10 +308,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """
     try:
         cfg = _config(ctx)
-        from ..adapters.client import Client
+        from ..adapters.lightclient import get_status
 
         try:
-            s = Client(cfg.daemon.bus).status()
+            s = get_status(cfg.daemon.bus)  # pure-Python D-Bus: no PyGObject on the read path
         except DaemonUnavailable as e:
             s = _local_status(ctx, str(e))
     except GpushiftError as e:
@@ -329,6 +335,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
     is_flag=True,
     help="BACKEND already serves: stop it and start it again through the whole gate (a new launch row).",
 )
+@click.option(
+    "--when-idle",
+    is_flag=True,
+    help="Switch once the serving backend has no request in flight (its idle_s), at most its "
+    "defer_while_busy_s (600 s when unset) later; returns at once.",
+)
 @click.option("--hold", is_flag=True, help="Keep BACKEND until `gpushift resume` (the schedule waits).")
 @click.option("--until", "until", metavar="TIME", help="Keep BACKEND until TIME ('2026-12-01 08:00').")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress goes to stderr).")
@@ -340,6 +352,7 @@ def switch(
     no_wait: bool,
     skip_drain: bool,
     restart: bool,
+    when_idle: bool,
     hold: bool,
     until: str | None,
     as_json: bool,
@@ -358,6 +371,9 @@ def switch(
         if backend == "off":
             raise click.UsageError("--restart relaunches a backend; `off` has nothing to restart")
         options["restart"] = True
+    if when_idle:
+        options["when_idle"] = True
+        no_wait = True  # the keeper makes the switch later: nothing to follow now
     if hold:
         options["hold"] = True
     if until:
@@ -378,7 +394,14 @@ def switch(
         _fail(e)
         return
     if no_wait:
-        click.echo(json.dumps(result) if as_json else f"queued: ticket {result['ticket']}")
+        if result.get("ticket") == "when-idle":
+            click.echo(
+                json.dumps(result)
+                if as_json
+                else f"queued: switching to {backend} once the serving backend is idle"
+            )
+        else:
+            click.echo(json.dumps(result) if as_json else f"queued: ticket {result['ticket']}")
         return
     if as_json:
         click.echo(json.dumps(result, indent=2, default=str))

@@ -23,13 +23,17 @@ from typing import Any
 
 from .. import __version__, wiring
 from .. import config as config_mod
-from ..errors import ConfigError, GpushiftError
-from ..model import Caller, EventKind, Trigger
+from ..adapters.dbus_names import BUS_NAME
+from ..errors import ConfigError, GpushiftError, UnknownBackend
+from ..model import OFF, Caller, EventKind, Trigger
 from ..switch import Event, Switcher
 from . import exporter
 from .clockwork import Clockwork
 from .settings import load_schedule_of, parse_until, reloadable, watch_settings
 from .watch import BackendWatcher
+
+#: What a switch asked for ``--when-idle`` answers instead of a ticket: the keeper makes it later.
+WHEN_IDLE = "when-idle"
 
 
 class Daemon:
@@ -148,6 +152,8 @@ class Daemon:
             until = parse_until(str(options["until"]), tz)
             if until <= datetime.now(timezone.utc):
                 raise GpushiftError(f"--until {options['until']!r} is in the past")
+        if options.get("when_idle"):
+            return self._switch_when_idle(backend, caller, hold, until, reason)
         ticket = self.switcher.request(
             backend,
             reason,
@@ -170,6 +176,22 @@ class Daemon:
         )
         self.clockwork.arm()
         return ticket
+
+    def _switch_when_idle(
+        self, backend: str, caller: Caller, hold: bool, until: datetime | None, reason: str
+    ) -> str:
+        """``--when-idle``: the person's choice is kept at once; the keeper switches once the serving
+        backend has been idle (docs/config.md ``defer_while_busy_s``).  Returns ``when-idle``."""
+        if backend != OFF and backend not in self.config.backends:
+            raise UnknownBackend(
+                f"unknown backend {backend!r} (configured: {', '.join([*self.config.backends, OFF])})"
+            )
+        ov = self.keeper.manual(backend, caller, hold, until, reason, when_idle=True)
+        self.log.info("switch_requested_when_idle", to=backend, by=caller.user, uid=caller.uid, reason=reason,
+                      mode=ov.mode, until=ov.until.isoformat() if ov.until else None)  # fmt: skip
+        self.clockwork.tick(Trigger.MANUAL)
+        self.clockwork.arm()
+        return WHEN_IDLE
 
     def cancel(self, caller: Caller) -> str:
         ticket = self.switcher.cancel(caller)
@@ -325,7 +347,7 @@ class Daemon:
         except RuntimeError as e:
             self.log.error(
                 "bus_name_taken",
-                name=dbus_service.BUS_NAME,
+                name=BUS_NAME,
                 error=str(e),
                 detail="another gpushift daemon runs on this bus",
             )
@@ -346,7 +368,7 @@ class Daemon:
             "daemon_ready",
             pid=os.getpid(),
             bus=self.config.daemon.bus,
-            name=dbus_service.BUS_NAME,
+            name=BUS_NAME,
             running=running,
             version=__version__,
             schedule=self.schedule.path if self.schedule else None,

@@ -66,4 +66,7 @@ def parse_until(text: str, tz: Any) -> datetime:
 
 def watch_settings(config: config_mod.Config) -> dict[str, WatchSettings]:
     """Per backend, what the keeper does when it crashes or wedges."""
-    return {n: WatchSettings(b.on_crash, b.unhealthy_after_s) for n, b in config.backends.items()}
+    return {
+        n: WatchSettings(b.on_crash, b.unhealthy_after_s, b.defer_while_busy_s, b.idle_s)
+        for n, b in config.backends.items()
+    }

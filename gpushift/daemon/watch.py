@@ -58,6 +58,17 @@ class BackendWatcher:
     def foreign_job(self, unit: str) -> bool | None:
         return self.jobwatch.foreign_job(unit) if self.jobwatch is not None else None
 
+    def busy(self, backend: str) -> tuple[int | None, float | None]:
+        """The sampler's in-flight count of ``backend`` and how long it has had none."""
+        sample = self.sampler.snapshot() if self.sampler is not None else None
+        b = sample.backend(backend) if sample is not None else None
+        if sample is None or b is None or b.in_flight is None:
+            return None, None
+        now = self.ports.clock.monotonic()
+        n = b.in_flight.known(now, sample.period_s)
+        idle = float(now - b.idle_since) if b.idle_since is not None and n == 0 else None
+        return (int(n) if n is not None else None), idle
+
     def unhealthy_for(self, backend: str) -> float | None:
         """How long the sampler has seen ``backend``'s health fail without a break (its unit active)."""
         if self.sampler is None:

@@ -4,8 +4,8 @@
 store) · ``keeper`` (takes snapshots, executes the decisions through the switcher).
 """
 
-from .decide import Attempts, Decision, Snapshot, decide
-from .keeper import BackendWatch, Keeper, SwitchControl, WatchSettings
+from .decide import Attempts, Decision, Snapshot, WatchSettings, decide
+from .keeper import BackendWatch, Keeper, SwitchControl
 from .override import Override, OverrideStore
 
 __all__ = [

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..model import OFF, Outcome, Trigger
@@ -63,6 +63,37 @@ def after_result(
 
 
 @dataclass(frozen=True)
+class WatchSettings:
+    """Per backend: what to do when it crashes, how long a failing health URL is tolerated, and how
+    long a scheduled boundary may wait for it to be idle (0: it does not wait)."""
+
+    on_crash: str = "restart"
+    unhealthy_after_s: float = 120.0
+    defer_while_busy_s: float = 0.0
+    idle_s: float = 5.0
+
+
+#: ``gpushift switch --when-idle`` waits at most this long when the backend sets no limit.
+WHEN_IDLE_LIMIT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """A switch to ``target`` waiting for the serving backend to be idle (a boundary, or a person's
+    ``--when-idle``), since ``since`` and at most until :meth:`until`."""
+
+    key: datetime  # the boundary's fire time (or the override's set_at): a new one is a new wait
+    target: str
+    since: datetime
+    since_mono: float
+    limit_s: float
+    idle_s: float
+
+    def until(self) -> datetime:
+        return self.since + timedelta(seconds=self.limit_s)
+
+
+@dataclass(frozen=True)
 class Relaunch:
     """A backend that crashed or wedged, to be brought back (through the whole gate)."""
 
@@ -87,7 +118,10 @@ class Snapshot:
     incident: Incident | None = None  # what happened to the established backend by itself
     relaunched: str | None = None  # the established backend was relaunched behind gpushift's back
     relaunch: Relaunch | None = None  # a crashed/wedged backend still to be brought back
-    on_crash: Mapping[str, str] = field(default_factory=dict)  # backend -> "restart" | "stay"
+    settings: Mapping[str, WatchSettings] = field(default_factory=dict)  # per backend
+    in_flight: int | None = None  # the serving backend's requests in flight (None: cannot tell)
+    idle_for_s: float | None = None  # how long it has had none (None: it has some, or unknown)
+    deferral: Deferral | None = None  # a switch waiting for an idle moment
     attempts: Attempts | None = None
     blocked: str | None = None
     max_attempts: int = 3
@@ -144,7 +178,7 @@ class Switch:
     trigger: Trigger
     actual: str
     relaunch: bool = False  # the target runs: stop it and start it again
-    details: dict[str, str] = field(default_factory=dict)  # facts for the ledger row (named keys)
+    details: dict[str, Any] = field(default_factory=dict)  # facts for the ledger row (named keys)
 
 
 @dataclass(frozen=True)
@@ -164,6 +198,34 @@ class Decision:
     attempts: Attempts | None
     blocked: str | None
     relaunch: Relaunch | None = None
+    deferral: Deferral | None = None
+
+
+def _defer(
+    s: Snapshot, actual: str, wants: str, key: datetime, limit_s: float, details: dict[str, Any]
+) -> tuple[Deferral | None, str | None]:
+    """Wait for ``actual`` to be idle before switching to ``wants``? (the deferral, and the summary
+    while it waits; a finished wait is described in ``details`` for the row)."""
+    ws = s.settings.get(actual, WatchSettings())
+    d = s.deferral if s.deferral is not None and (s.deferral.key, s.deferral.target) == (key, wants) else None
+    if d is None:
+        d = Deferral(key, wants, s.now, s.mono, limit_s, ws.idle_s)
+    waited = s.mono - d.since_mono
+    idle = s.idle_for_s is not None and s.idle_for_s >= d.idle_s
+    if s.in_flight is None and s.idle_for_s is None and s.deferral is None:
+        idle = True  # its gauges cannot tell: a busy moment cannot be told from an idle one
+    # (once waiting, a reading that cannot be told for a moment does not end the wait: the limit does)
+    if not idle and waited < d.limit_s:
+        n = "some" if s.in_flight is None else str(s.in_flight)
+        summary = (
+            f"deferred until {d.until().isoformat()} at the latest: {actual} has {n} request(s) in flight "
+            f"(switching to {wants} after {d.idle_s:g}s without one)"
+        )
+        return d, summary
+    if waited > 0:
+        ended = "idle" if idle else "limit"
+        details["deferral"] = {"since": d.since.isoformat(), "waited_s": round(waited, 1), "ended": ended}
+    return None, None
 
 
 def _watch(
@@ -244,7 +306,7 @@ def decide(s: Snapshot) -> Decision:
             summary = f"{actual} serves as the schedule wants"
         done = None if relaunch is not None and relaunch.backend == actual else relaunch
         return Decision(tuple(actions), summary, s.attempts, None, done)
-    if bringing_back and s.on_crash.get(wants, "restart") == "stay":
+    if bringing_back and s.settings.get(wants, WatchSettings()).on_crash == "stay":
         stay = (
             f'{wants} crashed or wedged ({relaunch.why if relaunch else ""}); on_crash = "stay": '
             "nothing relaunches it before the next boundary, `gpushift switch` or `gpushift resume`"
@@ -252,6 +314,18 @@ def decide(s: Snapshot) -> Decision:
         return Decision(tuple(actions), stay, s.attempts, stay, relaunch)
     if relaunch is not None and bringing_back:
         key = relaunch.since
+    details: dict[str, Any] = {}
+    if fire is not None and fire.exception and ov is None:
+        details["calendar_exception"] = fire.exception
+    if actual != OFF and not bringing_back:
+        ws = s.settings.get(actual, WatchSettings())
+        limit = ws.defer_while_busy_s if ov is None else 0.0
+        if ov is not None and ov.when_idle:
+            limit = ws.defer_while_busy_s or WHEN_IDLE_LIMIT_S
+        if limit > 0:
+            deferral, waiting = _defer(s, actual, wants, key, limit, details)
+            if waiting is not None:
+                return Decision(tuple(actions), waiting, s.attempts, s.blocked, relaunch, deferral)
     a: Attempts | None = s.attempts
     blocked: str | None = s.blocked
     if a is None or a.fire_at != key or a.target != wants:
@@ -276,9 +350,6 @@ def decide(s: Snapshot) -> Decision:
         return Decision(tuple(actions), summary, a, blocked, relaunch)
     trigger = Trigger.RECOVERY if bringing_back else s.trigger
     reason = f"relaunch: {relaunch.why}" if bringing_back and relaunch is not None else why
-    details = (
-        {"calendar_exception": fire.exception} if fire is not None and fire.exception and ov is None else {}
-    )
     actions.append(Switch(wants, reason, trigger, actual, relaunch=restart, details=details))
     verb = "relaunching" if restart else "switching"
     return Decision(tuple(actions), f"{verb} {actual} -> {wants}", a, blocked, relaunch)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from ..errors import GpushiftError, SwitchInProgress
@@ -22,6 +21,7 @@ from ..switch import Event, SwitchResult
 from .decide import (
     Adopt,
     Attempts,
+    Deferral,
     Log,
     RecordExternal,
     RecordIncident,
@@ -30,6 +30,7 @@ from .decide import (
     SetOverride,
     Snapshot,
     Switch,
+    WatchSettings,
     after_result,
     decide,
 )
@@ -70,6 +71,10 @@ class SwitchControl(Protocol):
     def add_listener(self, listener: Callable[[Event], None]) -> None: ...
 
 
+#: While a switch waits for an idle moment, the keeper looks again this often.
+DEFER_CHECK_S = 1.0
+
+
 class BackendWatch(Protocol):
     """What the daemon sees of the backends between switches (its job watch and its sampler)."""
 
@@ -81,13 +86,9 @@ class BackendWatch(Protocol):
         """Seconds the backend's health has failed without a break while its unit is active."""
         ...
 
-
-@dataclass(frozen=True)
-class WatchSettings:
-    """Per backend: what to do when it crashes, and how long a failing health URL is tolerated."""
-
-    on_crash: str = "restart"
-    unhealthy_after_s: float = 120.0
+    def busy(self, backend: str) -> tuple[int | None, float | None]:
+        """(requests in flight now — None: cannot be told, seconds without any — None: some are)."""
+        ...
 
 
 class Keeper:
@@ -127,6 +128,7 @@ class Keeper:
         self.settings: dict[str, WatchSettings] = dict(settings or {})
         self.seen: Seen | None = None
         self.relaunch: Relaunch | None = None
+        self.deferral: Deferral | None = None
         self.override: Override | None = store.load()
         self.attempts: Attempts | None = None
         self.blocked: str | None = None
@@ -161,11 +163,21 @@ class Keeper:
                 self.settings = dict(settings)
 
     def manual(
-        self, backend: str, caller: Caller, hold: bool, until: datetime | None, reason: str
+        self,
+        backend: str,
+        caller: Caller,
+        hold: bool,
+        until: datetime | None,
+        reason: str,
+        when_idle: bool = False,
     ) -> Override:
-        """Record a person's switch: keep ``backend`` until the next boundary, ``until``, or resume."""
+        """Record a person's switch: keep ``backend`` until the next boundary, ``until``, or resume.
+
+        ``when_idle``: the switch itself is the keeper's, once the serving backend is idle."""
         with self._lock:
-            ov = manual_override(self.now(), self.schedule, backend, caller.user, hold, until, reason)
+            ov = manual_override(
+                self.now(), self.schedule, backend, caller.user, hold, until, reason, when_idle
+            )
             self._set_override(ov)
             self.blocked = None  # a person acted: an old "gave up" no longer describes the state
             self.relaunch = None
@@ -211,6 +223,7 @@ class Keeper:
             self.attempts = decision.attempts
             self.blocked = decision.blocked
             self.relaunch = decision.relaunch
+            self.deferral = decision.deferral
             action = decision.summary
             for a in decision.actions:
                 action = self._execute(a, action)
@@ -229,6 +242,10 @@ class Keeper:
             unhealthy = self.watch.unhealthy_for(established) if self.watch is not None else None
             obs = observe(established, st, self.seen, foreign, unhealthy, w.unhealthy_after_s)
         self.seen = obs.seen
+        in_flight, idle_for = None, None
+        actual = [n for n, u in states.items() if u.running and not u.exited]
+        if self.watch is not None and len(actual) == 1:
+            in_flight, idle_for = self.watch.busy(actual[0])
         return Snapshot(
             now=self.now(),
             mono=self.monotonic(),
@@ -242,7 +259,10 @@ class Keeper:
             incident=obs.incident,
             relaunched=obs.relaunched,
             relaunch=self.relaunch,
-            on_crash={name: w.on_crash for name, w in self.settings.items()},
+            settings=self.settings,
+            in_flight=in_flight,
+            idle_for_s=idle_for,
+            deferral=self.deferral,
             attempts=self.attempts,
             blocked=self.blocked,
             max_attempts=self.max_attempts,
@@ -319,6 +339,16 @@ class Keeper:
                 "mode": mode,
                 "override": ov.to_dict() if ov else None,
                 "blocked": self.blocked,  # why the keeper does not act (gave up, cancelled, on_crash)
+                "deferred": (
+                    {
+                        "to": self.deferral.target,
+                        "since": self.deferral.since.isoformat(),
+                        "until": self.deferral.until().isoformat(),
+                        "why": self.last_action,
+                    }
+                    if self.deferral
+                    else None
+                ),
                 "relaunch": (
                     {
                         "backend": self.relaunch.backend,
@@ -364,6 +394,8 @@ class Keeper:
                     times.append(b.at)
             if self.override is not None and self.override.until is not None:
                 times.append(self.override.until)
+            if self.deferral is not None:
+                times.append(now + timedelta(seconds=DEFER_CHECK_S))  # look again for the idle moment
             return min(times) if times else None
 
     def _info(self, event: str, **kw: Any) -> None:

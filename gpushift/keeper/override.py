@@ -25,6 +25,7 @@ class Override:
     set_at: datetime
     reason: str = ""
     source: OverrideSource = OverrideSource.MANUAL
+    when_idle: bool = False  # the switch to ``backend`` waits for the serving backend to be idle
 
     def ended(self, now: datetime) -> bool:
         """An override whose time is up (a hold never ends by itself)."""
@@ -45,6 +46,7 @@ class Override:
             "set_at": self.set_at.isoformat(),
             "reason": self.reason,
             "source": self.source.value,
+            "when_idle": self.when_idle,
         }
 
     @staticmethod
@@ -57,6 +59,7 @@ class Override:
             set_at=datetime.fromisoformat(d["set_at"]),
             reason=str(d.get("reason", "")),
             source=OverrideSource(d.get("source", OverrideSource.MANUAL.value)),
+            when_idle=bool(d.get("when_idle", False)),
         )
 
 
@@ -74,15 +77,16 @@ def manual_override(
     hold: bool,
     until: datetime | None,
     reason: str,
+    when_idle: bool = False,
 ) -> Override:
     """A person's switch: keep ``backend`` until ``until``, the next boundary, or ``resume``."""
     if hold:
-        return Override(Mode.HOLD, backend, None, who, now, reason)
+        return Override(Mode.HOLD, backend, None, who, now, reason, when_idle=when_idle)
     end = until
     if end is None and schedule is not None:
         b = schedule.next_boundary(now)
         end = b.at if b else None
-    return Override(Mode.OVERRIDE if end else Mode.HOLD, backend, end, who, now, reason)
+    return Override(Mode.OVERRIDE if end else Mode.HOLD, backend, end, who, now, reason, when_idle=when_idle)
 
 
 def external_override(

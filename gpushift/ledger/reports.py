@@ -182,7 +182,26 @@ def format_record(rec: SwitchRecord) -> str:
         lines.append("Durations")
         for phase, s in rec.durations_s.items():
             kv(phase, f"{s:.2f} s" if isinstance(s, (int, float)) else s)
-    others = {k: v for k, v in rec.extra.items() if k not in ("launch", "launch_error")}
+    w = rec.extra.get("warmup")
+    if isinstance(w, dict):
+        lines.append("Warm-up (proof of inference)")
+        kv("request", w.get("path"))
+        kv("answered", "yes" if w.get("ok") else f"no: {w.get('detail')}")
+        kv("first token", f"{w['ttft_s']:.3f} s" if isinstance(w.get("ttft_s"), (int, float)) else None)
+        kv("total", f"{w['total_s']:.3f} s" if isinstance(w.get("total_s"), (int, float)) else None)
+    ev = rec.extra.get("evidence")
+    if isinstance(ev, dict):
+        lines.append(f"Evidence: {ev.get('unit')}")
+        kv("result", ev.get("result"))
+        kv("exit", ev.get("exit"))
+        log = ev.get("log")
+        log = log if isinstance(log, dict) else {}
+        if log.get("error"):
+            kv("log", log["error"])
+        for line in log.get("lines") or []:
+            lines.append(f"    | {line}")
+    shown = ("launch", "launch_error", "warmup", "evidence")
+    others = {k: v for k, v in rec.extra.items() if k not in shown}
     if others:
         lines.append("Other")
         for k, v in sorted(others.items()):

@@ -168,6 +168,7 @@ class Spool:
         self._emit(
             "warning",
             "ledger_pending",
+            ticket=d.get("ticket"),
             uuid=key,
             op=op,
             id=row_id or provisional_id,
@@ -248,6 +249,7 @@ class Spool:
         self._emit(
             "error",
             "ledger_record_quarantined",
+            ticket=(entry.get("record") or {}).get("ticket"),
             uuid=key,
             error=f"{type(e).__name__}: {e}",
             kept=kept,

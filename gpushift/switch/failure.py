@@ -17,6 +17,7 @@ from ..config import BackendConfig, Config
 from ..errors import GpushiftError, SwitchFailed, VramNotReleased
 from ..model import Outcome, Phase, SwitchRecord
 from ..policy import gate_gpus
+from . import records
 from .run import StepFailed, SwitchResult, SwitchRun
 from .steps import Steps
 
@@ -61,6 +62,9 @@ class FailurePolicy:
             rec.extra["cancelled_by"] = run.cancelled_by
         self.log.warning("switch_failed", ticket=run.ticket, phase=f.phase.value, message=f.message)
         error = VramNotReleased.dbus_name() if f.vram else SwitchFailed.dbus_name()
+        if target is not None and f.phase in (Phase.START, Phase.READY, Phase.WARMUP):
+            # Read before the target is stopped below: its exit and last log lines are the why.
+            rec.extra["evidence"] = records.evidence(steps.ports, target.unit, config.daemon.evidence_lines)
         if not run.touched:
             # Cancelled (or failed) before anything was stopped or started: all is as it was.
             rec.outcome = (Outcome.CANCELLED if f.cancelled else Outcome.FAILED).value

@@ -229,7 +229,7 @@ class Switcher:
             try:
                 fn(event)
             except Exception as e:  # a listener's bug must not break the switch
-                self.log.error("listener_failed", error=repr(e))
+                self.log.error("listener_failed", ticket=event.ticket, error=repr(e))
 
     def _report(self, run: SwitchRun, phase: Phase, detail: str) -> None:
         self._beat()
@@ -370,6 +370,7 @@ class Switcher:
                     steps.persist(run)
                     steps.start_and_wait(run, config, target_cfg, rec.durations_s)
             if target_cfg is not None:
+                steps.warm_up(run, config, target_cfg, rec)
                 steps.persist(run)
                 steps.check_cancel(run, Phase.READY)
                 st = self.ports.units.state(target_cfg.unit)

@@ -8,6 +8,7 @@ it runs and the version where a backend runs), so the ledger accounts for every 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from ..config import Config
 from ..errors import GpushiftError
@@ -56,6 +57,22 @@ def _describe_launch(ports: Ports, config: Config, rec: SwitchRecord, backend: s
         rec.backend_version, rec.version_source = v.version, v.source
 
 
+def evidence(ports: Ports, unit: str, lines: int) -> dict[str, Any]:
+    """Why a unit is not serving, for its row: systemd's ``Result`` and how its main process
+    ended, and the unit's last log lines from the journal (the journal may rotate before the
+    admin reads the row)."""
+    out: dict[str, Any] = {"unit": unit}
+    try:
+        st = ports.units.state(unit)
+        out.update(result=st.result, exit=st.exit_description(), state=f"{st.active_state}/{st.sub_state}")
+    except GpushiftError as e:
+        out["unit_error"] = str(e)
+    out["log"] = (
+        ports.host.unit_log(unit, lines) if lines else {"source": "none", "lines": [], "error": "off"}
+    )
+    return out
+
+
 def _write(ports: Ports, rec: SwitchRecord) -> SwitchRecord:
     rec.id = ports.ledger.begin(rec)
     ports.ledger.finish(rec)
@@ -92,5 +109,8 @@ def incident(
         rec.extra["incident"]["unit_error"] = str(e)
     if rec.systemd_result is not None:
         rec.extra["incident"]["unit_result"] = rec.systemd_result
+    b = config.backends.get(backend)
+    if b is not None:
+        rec.extra["evidence"] = evidence(ports, b.unit, config.daemon.evidence_lines)
     rec.to_backend = backend if outcome is Outcome.UNHEALTHY else OFF
     return _write(ports, rec)

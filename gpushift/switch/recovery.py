@@ -146,7 +146,7 @@ def _close_interrupted(sw: Switcher, p: RecoveryPlan, log: Any) -> None:
         rec.finished_at = sw.ports.clock.now()
         ledger.finish(rec)
     except GpushiftError as e:
-        log.error("recovery_row_not_closed", ledger_id=found.ledger_id, error=str(e))
+        log.error("recovery_row_not_closed", ticket=found.ticket, ledger_id=found.ledger_id, error=str(e))
 
 
 def _stop_everything(sw: Switcher, p: RecoveryPlan, log: Any) -> None:
@@ -183,5 +183,5 @@ def _stop_everything(sw: Switcher, p: RecoveryPlan, log: Any) -> None:
         rec.id = sw.ports.ledger.begin(rec)
         sw.ports.ledger.finish(rec)
     except GpushiftError as e:
-        log.error("recovery_row_not_written", error=str(e))
+        log.error("recovery_row_not_written", ticket=rec.ticket, error=str(e))
     sw.adopt(OFF, force=True)

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import cmdline, warmup
 from ..config import BackendConfig, Config
 from ..errors import CancelRefused
 from ..model import GpuReading, Phase, SwitchRecord, UnitState
@@ -263,6 +264,31 @@ class Steps:
                 )
             self.check_cancel(run, Phase.READY)
             clock.sleep(ready_interval(config, clock.monotonic() - t0))
+
+    def warm_up(self, run: SwitchRun, config: Config, b: BackendConfig, rec: SwitchRecord) -> None:
+        """Proof of inference: one small request answered (its time to first token recorded), or
+        the start failed — a backend can answer its health URL while its first request fails."""
+        units, host = self.ports.units, self.ports.host
+        st = units.state(b.unit)
+        env = cmdline.environment(st.environment)
+        argv = host.cmdline(st.main_pid) if st.main_pid else []
+        req = warmup.request_for(b, argv or cmdline.expand(st.exec_start, env), env)
+        if req is None:
+            return
+        self.check_cancel(run, Phase.WARMUP)
+        path = req.url.split("/", 3)[-1]
+        self.report(run, Phase.WARMUP, f"{b.name}: a first request (/{path})")
+        t0 = self.ports.clock.monotonic()
+        res = self.ports.probe.warmup(req)
+        rec.durations_s["warmup"] = round(self.ports.clock.monotonic() - t0, 3)
+        rec.extra["warmup"] = {"path": "/" + path, **res.to_dict()}  # never the request's headers (a key)
+        if not res.ok:
+            raise StepFailed(
+                Phase.WARMUP, f"{b.name} answers its health URL but not a request on /{path}: {res.detail}"
+            )
+        self.report(
+            run, Phase.WARMUP, f"{b.name} answered: first token {res.ttft_s:.2f}s, all {res.total_s:.2f}s"
+        )
 
     def record_launch(self, rec: SwitchRecord, b: BackendConfig, st: UnitState) -> None:
         """The launch as it really runs: argv from /proc, the version, the launch description."""

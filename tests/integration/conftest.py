@@ -8,9 +8,9 @@ processes left in its private cgroup are SIGKILLed by PID), even when the test f
 When systemd or dbus-daemon is missing the fixture FAILS with a message saying what to install:
 an integration test that cannot reach its real dependency is not allowed to pass by skipping.
 
-Unit logs: there is no journald in a container, so stand-in units write to
-``StandardOutput=append:<file>`` (see :func:`standin_unit_text`); assertion messages should show
-that file.
+Unit logs: the sandbox runs a private journald (``sandbox.journal(...)`` reads it); stand-in units log
+there and also append their lines to a file (see :func:`standin_unit_text`), which tests poll and
+assertion messages show.
 
 Fixtures: ``sandbox``, ``install_standin`` (a factory), ``bus`` (a pydbus connection to the
 sandbox's bus), ``wait_for`` and ``free_port`` (helpers as fixtures: test modules do not import
@@ -73,7 +73,8 @@ def standin_unit_text(
     """A backend unit running the stand-in (``tests.support.standin``), shaped like the shipped backends.
 
     ``Type=simple``, ``KillMode=control-group``, ``SendSIGKILL=yes``, a short ``TimeoutStopSec``,
-    and stdout/stderr appended to ``log`` (no journald here).  The port reaches the command through
+    stdout/stderr to the sandbox's journal, and the stand-in's lines appended to ``log`` as well
+    (``$STANDIN_LOG_FILE``).  The port reaches the command through
     ``Environment=STANDIN_PORT=`` and ``${STANDIN_PORT}``, so tests can compare the command as
     written with the one that runs.
     """
@@ -82,6 +83,7 @@ def standin_unit_text(
         f"Environment=STANDIN_PORT={port}",
         "Environment=PYTHONUNBUFFERED=1",
         f"Environment={standin.UNIT_ENVIRONMENT}",
+        f'Environment="STANDIN_LOG_FILE={log}"',
     ]
     env_lines += [f"Environment={e}" for e in environment]
     return "\n".join(
@@ -97,8 +99,8 @@ def standin_unit_text(
             "KillMode=control-group",
             "SendSIGKILL=yes",
             f"TimeoutStopSec={timeout_stop_s}",
-            f"StandardOutput=append:{log}",
-            f"StandardError=append:{log}",
+            "StandardOutput=journal",
+            "StandardError=journal",
             *service_lines,
             "",
         ]

@@ -65,7 +65,6 @@ class GpushiftEnv:
         self.runtime_dir = base / "run"
         self.simdir = self.state_dir / "simgpu"
         self.config_path = base / "gpushift.toml"
-        self.log_path = base / "daemon.log"
         self.opts = {
             "on_failure": "rollback",
             "release_timeout_s": 3,
@@ -173,7 +172,7 @@ class GpushiftEnv:
         self.sb.install_dropin(
             "gpushift.service",
             "50-test.conf",
-            daemon_dropin(self.gpushift, str(self.config_path), str(self.log_path), self.extra_env),
+            daemon_dropin(self.gpushift, str(self.config_path), self.extra_env),
         )
         self.sb.daemon_reload()
 
@@ -240,11 +239,24 @@ class GpushiftEnv:
     def main_pid(self, unit: str) -> int:
         return int(self.sb.show(unit, "MainPID")["MainPID"])
 
+    def daemon_journal(self, *matches: str) -> list[dict[str, Any]]:
+        """The daemon's journal entries that also fit ``matches``.
+
+        Matched by ``SYSLOG_IDENTIFIER=gpushift`` (its own entries, and what it prints, named after
+        its command), not by unit: a daemon that refuses to start has exited before journald reads
+        its cgroup, and its lines carry no ``_SYSTEMD_UNIT``.
+        """
+        return list(self.sb.journal("SYSLOG_IDENTIFIER=gpushift", *matches))
+
     def daemon_log(self) -> str:
+        """The daemon's log, one line per journal entry: a structured entry as the JSON object it
+        was logged as (``GPUSHIFT_TICKET`` → ``"ticket"``, PRIORITY → ``"level"``; values as the journal
+        holds them, i.e. text), anything it printed as it was printed."""
         try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no daemon log)"
+            entries = self.daemon_journal()
+        except Exception as e:  # an assertion message must not hide the failure it reports
+            return f"(no daemon log: {e})"
+        return "\n".join(log_line(e) for e in entries) or "(no daemon log)"
 
     def wait_for(self, predicate: Any, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
@@ -260,6 +272,27 @@ class GpushiftEnv:
             [PY, "-m", "gpushift.adapters.simgpu", "hold", str(self.simdir / f"nvidia{gpu}")],
             start_new_session=True,
         )
+
+
+_LEVEL = {"7": "debug", "6": "info", "5": "notice", "4": "warning", "3": "error", "2": "critical"}
+
+
+def log_line(entry: dict[str, Any]) -> str:
+    """One journal entry as a line of text (see :meth:`GpushiftEnv.daemon_log`)."""
+
+    def text(v: Any) -> Any:
+        if isinstance(v, list) and all(isinstance(x, int) for x in v):  # binary data: its bytes
+            return bytes(v).decode("utf-8", "replace")
+        return v
+
+    if "GPUSHIFT_EVENT" not in entry:
+        return str(text(entry.get("MESSAGE", "")))
+    line: dict[str, Any] = {"event": text(entry["GPUSHIFT_EVENT"])}
+    line["level"] = _LEVEL.get(str(entry.get("PRIORITY")), str(entry.get("PRIORITY")))
+    for key, value in entry.items():
+        if key.startswith("GPUSHIFT_") and key != "GPUSHIFT_EVENT":
+            line[key[len("GPUSHIFT_") :].lower()] = text(value)
+    return json.dumps(line)
 
 
 def end(proc: subprocess.Popen[Any]) -> None:

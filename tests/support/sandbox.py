@@ -21,9 +21,13 @@ Things learned the hard way (measured on a Debian 12 container, systemd 252):
   ``dbus-daemon --fork`` is never joined, and the distribution's ``dbus.socket`` binds over that
   bus's socket and socket-activates a second bus.  Hence the bus runs as the manager's unit.
 * ``systemd --user`` refuses to run unless ``/run/systemd/system`` exists ("not booted with
-  systemd").  In a container we give it one inside a private mount namespace
-  (``unshare --mount`` + a tmpfs on ``/run/systemd``) so the host's ``/run`` is not touched.  On a
-  host booted with systemd the directory exists and that step is skipped (it needs root).
+  systemd").  We give it one inside a private mount namespace (``unshare --mount`` + a tmpfs on
+  ``/run/systemd``) so the host's ``/run`` is not touched.  That namespace is the private
+  journald's (:mod:`tests.support.journald`): journald starts first, in it, and the manager joins
+  it, so every unit's ``StandardOutput=journal`` (the default) and the daemon's native journal
+  entries land in ``<base_dir>/journal``, read with :meth:`Sandbox.journal` (``journalctl -D``).
+  Both need root (CAP_SYS_ADMIN); a non-root user on a host booted with systemd gets the manager
+  without them (its units log into that user's journal, and :meth:`Sandbox.journal` refuses).
 * A manager that finds itself in the ROOT cgroup migrates every process of the machine into
   ``/init.scope``, and two managers sharing one cgroup would put same-named units into the same
   cgroup, where ``KillMode=control-group`` of one kills the other's processes.  So the manager is
@@ -34,10 +38,11 @@ Things learned the hard way (measured on a Debian 12 container, systemd 252):
   pipewire, tmpfiles-clean, ...) are masked, and the manager boots into an empty target
   (``--unit=gpushift-sandbox.target``, which wants only the bus) instead of ``default.target``:
   a test sees only the processes it started.
-* There is no journald in such a container: a unit's stdout/stderr go nowhere and ``journalctl``
-  finds nothing.  Give test units ``StandardOutput=append:FILE`` and ``StandardError=append:FILE``
-  to read their logs.  The manager's own log is ``<base_dir>/systemd.log``, the bus's
-  ``<base_dir>/dbus.log``.
+* The private cgroup's name ends in ``.slice``: journald names a unit after the first
+  component of its cgroup path that is not a slice, so the units' entries carry
+  ``_SYSTEMD_UNIT=<unit>`` and ``journalctl -D DIR -u gpushift`` works as on a host.
+* The manager's own log is ``<base_dir>/systemd.log``, the bus's ``<base_dir>/dbus.log``,
+  journald's (only a failed start writes there) ``<base_dir>/journald.log``.
 * Hardening that needs a new mount namespace fails inside such a container
   (``ProtectHome=yes`` → exit 226/NAMESPACE): test drop-ins turn those off.
 
@@ -45,7 +50,8 @@ Command line (for the demo and for poking at it by hand)::
 
     python -m tests.support.sandbox start --dir DIR   # writes DIR/env (shell exports) and DIR/sandbox.json
     . DIR/env && systemctl --user status
-    python -m tests.support.sandbox stop --dir DIR    # ends the manager and the bus by their PIDs
+    journalctl -D DIR/journal -u gpushift             # the units' logs
+    python -m tests.support.sandbox stop --dir DIR    # ends the manager, the bus and journald by PID
 """
 
 from __future__ import annotations
@@ -64,6 +70,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from .journald import JournaldError, PrivateJournal
+from .journald import missing_tools as journal_missing_tools
+from .procs import alive, end_pid, first_executable, proc_starttime
 
 #: The empty target the manager boots into (instead of default.target, which may pull in the
 #: desktop's services).
@@ -106,10 +116,7 @@ class SandboxError(RuntimeError):
 
 
 def _find_systemd() -> str | None:
-    for candidate in ("/lib/systemd/systemd", "/usr/lib/systemd/systemd"):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return first_executable(("/lib/systemd/systemd", "/usr/lib/systemd/systemd"))
 
 
 def missing_tools() -> list[str]:
@@ -120,53 +127,9 @@ def missing_tools() -> list[str]:
     for tool in ("dbus-daemon", "systemctl", "busctl"):
         if shutil.which(tool) is None:
             missing.append(tool)
-    if not os.path.isdir("/run/systemd/system") and shutil.which("unshare") is None:
-        missing.append("unshare (util-linux)")
+    if os.geteuid() == 0 or not os.path.isdir("/run/systemd/system"):
+        missing += journal_missing_tools()
     return missing
-
-
-def _proc_starttime(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None.
-
-    Recorded beside every PID so that a later ``stop`` never signals a recycled PID.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    rest = data[data.rindex(b")") + 2 :].split()
-    if rest[0] == b"Z":  # a zombie is already dead: nothing to signal
-        return None
-    return int(rest[19])
-
-
-def _alive(pid: int, starttime: int | None) -> bool:
-    now = _proc_starttime(pid)
-    return now is not None and (starttime is None or now == starttime)
-
-
-def _end_pid(pid: int, starttime: int | None, child: subprocess.Popen[Any] | None, grace_s: float) -> None:
-    """SIGTERM one process we started, wait ``grace_s``, then SIGKILL; reap it when it is our child."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        if child is not None and child.poll() is not None:
-            return
-        if child is None and not _alive(pid, starttime):
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if child is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    child.wait(timeout=0.05)
-                if child.poll() is not None:
-                    return
-            elif not _alive(pid, starttime):
-                return
-            else:
-                time.sleep(0.05)
 
 
 def _cgroup_hierarchies() -> list[tuple[str, str]]:
@@ -301,6 +264,7 @@ class Sandbox:
         self._manager_proc: subprocess.Popen[bytes] | None = None
         self._cgroups: list[str] = []  # private cgroup dirs (one per tracking hierarchy)
         self._cgroup_rel: str | None = None  # their path relative to each mount (for v1 controllers)
+        self.journald: PrivateJournal | None = None  # None: no private journal (non-root, booted host)
         self._stopped = False
         self._started = False
 
@@ -320,9 +284,16 @@ class Sandbox:
 
     @property
     def manager_log(self) -> Path:
-        """The manager's own stderr (unit start/stop messages; there is no journal)."""
+        """The manager's own stderr (unit start/stop messages)."""
         assert self.base_dir is not None
         return self.base_dir / "systemd.log"
+
+    @property
+    def journal_dir(self) -> Path:
+        """The private journal's files (``journalctl -D`` reads them); ``<base_dir>/journal``."""
+        if self.base_dir is None:
+            raise SandboxError("the sandbox has not been started")
+        return self.base_dir / "journal"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -340,15 +311,17 @@ class Sandbox:
         missing = missing_tools()
         if missing:
             raise SandboxError("cannot boot a private systemd user manager: missing " + ", ".join(missing))
-        booted = os.path.isdir("/run/systemd/system")
-        if not booted and os.geteuid() != 0:
+        private = os.geteuid() == 0
+        if not private and not os.path.isdir("/run/systemd/system"):
             raise SandboxError(
                 "this host was not booted with systemd, so the sandbox gives systemd --user a private "
                 "/run/systemd/system in a new mount namespace, which needs root (CAP_SYS_ADMIN)"
             )
         try:
             self._prepare_dirs()
-            self._start_manager(booted)
+            if private:
+                self._start_journald()
+            self._start_manager()
             self._wait_for_manager(deadline=time.monotonic() + timeout_s)
             self._record_bus_pid()
         except BaseException:
@@ -392,28 +365,26 @@ class Sandbox:
         self.env = env
         self._write_state()
 
-    def _start_manager(self, booted: bool) -> None:
+    def _start_journald(self) -> None:
+        """The private journald, in the mount namespace the manager will join (see the module doc)."""
+        assert self.base_dir is not None
+        self.journald = PrivateJournal(self.journal_dir, self.base_dir)
+        try:
+            self.journald.start()
+        except JournaldError as e:
+            raise SandboxError(f"could not start the private journald: {e}") from None
+        finally:
+            self._write_state()
+
+    def _start_manager(self) -> None:
         assert self.base_dir is not None
         systemd = _find_systemd()
         assert systemd is not None
         # The child waits on stdin until it has been moved into its private cgroup, then execs.
         gate = 'read _gate; exec "$0" --user --unit=' + SANDBOX_TARGET
-        if booted:
-            argv = ["sh", "-c", gate, systemd]
-        else:
-            setup = (
-                "mkdir -p /run/systemd && mount -t tmpfs tmpfs /run/systemd && mkdir -p /run/systemd/system"
-            )
-            argv = [
-                "unshare",
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                f"{setup} && {gate}",
-                systemd,
-            ]
+        # nsenter execs in place: the manager joins journald's mount namespace (its /run/systemd).
+        enter = self.journald.enter() if self.journald is not None else []
+        argv = [*enter, "sh", "-c", gate, systemd]
         with open(self.manager_log, "ab") as log:
             self._manager_proc = subprocess.Popen(
                 argv,
@@ -423,9 +394,9 @@ class Sandbox:
                 env={**self.env, "SYSTEMD_LOG_TARGET": "console", "SYSTEMD_LOG_COLOR": "0"},
                 start_new_session=True,
             )
-        # unshare and sh exec in place: this PID becomes systemd's.
+        # nsenter and sh exec in place: this PID becomes systemd's.
         self.manager_pid = self._manager_proc.pid
-        self._manager_start = _proc_starttime(self.manager_pid)
+        self._manager_start = proc_starttime(self.manager_pid)
         self._write_state()
         self._enter_private_cgroup(self.manager_pid)
         assert self._manager_proc.stdin is not None
@@ -442,7 +413,8 @@ class Sandbox:
         delegates the cgroup) the manager stays where it is, which is what that host expects.
         """
         assert self.runtime_dir is not None
-        name = self.runtime_dir.name  # gpushift-sandbox.XXXXXX, unique on this machine
+        # gpushift-sandbox.XXXXXX.slice: unique on this machine, and a slice to journald (module doc)
+        name = self.runtime_dir.name + ".slice"
         try:
             hierarchies = _cgroup_hierarchies()
         except OSError:
@@ -504,7 +476,7 @@ class Sandbox:
         pid = self.show("dbus.service", "MainPID").get("MainPID", "0")
         if pid.isdigit() and int(pid) > 0:
             self.dbus_pid = int(pid)
-            self._dbus_start = _proc_starttime(self.dbus_pid)
+            self._dbus_start = proc_starttime(self.dbus_pid)
             self._write_state()
 
     def _busctl_version(self) -> str | None:
@@ -526,7 +498,8 @@ class Sandbox:
         return r.stdout.strip() if r.returncode == 0 else None
 
     def stop(self, unit_timeout_s: float = 30.0) -> None:
-        """Stop every unit, end the manager and the bus by PID and wait for them; remove the runtime dir.
+        """Stop every unit; end the manager, the bus and journald by PID and wait for them; remove the
+        runtime dir (with the journal, unless ``base_dir`` was given).
 
         Idempotent, and safe after a partial :meth:`start`: each step only undoes what was done.
         """
@@ -537,12 +510,14 @@ class Sandbox:
             with contextlib.suppress(Exception):
                 self._stop_all_units(unit_timeout_s)
             # SIGTERM makes a user manager start exit.target (stopping whatever is left) and exit.
-            _end_pid(self.manager_pid, self._manager_start, self._manager_proc, grace_s=15.0)
+            end_pid(self.manager_pid, self._manager_start, self._manager_proc, grace_s=15.0)
         elif self._manager_proc is not None:
-            _end_pid(self._manager_proc.pid, None, self._manager_proc, grace_s=1.0)
+            end_pid(self._manager_proc.pid, None, self._manager_proc, grace_s=1.0)
         self._end_cgroup_leftovers()
         if self.dbus_pid is not None:
-            _end_pid(self.dbus_pid, self._dbus_start, None, grace_s=5.0)
+            end_pid(self.dbus_pid, self._dbus_start, None, grace_s=5.0)
+        if self.journald is not None:
+            self.journald.stop()  # last: the units' final lines are in by now
         if self.runtime_dir is not None:
             shutil.rmtree(self.runtime_dir, ignore_errors=True)
         if self.base_dir is not None and self._given_base:
@@ -554,7 +529,7 @@ class Sandbox:
         if self._manager_proc is not None:
             return self._manager_proc.poll() is None
         assert self.manager_pid is not None
-        return _alive(self.manager_pid, self._manager_start)
+        return alive(self.manager_pid, self._manager_start)
 
     def _stop_all_units(self, timeout_s: float) -> None:
         listed = subprocess.run(
@@ -658,6 +633,41 @@ class Sandbox:
         out = self.systemctl(*args).stdout
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
+    def journal(self, *matches: str) -> list[dict[str, Any]]:
+        """The private journal's entries, oldest first, as ``journalctl -D DIR -o json`` gives them.
+
+        ``matches`` are journalctl's: ``GPUSHIFT_TICKET=abc``, ``_SYSTEMD_UNIT=gpushift.service``,
+        ``-u``, ``gpushift.service``, ``+`` between alternatives.  While journald runs it is first
+        asked to write everything it was sent (``journalctl --sync``).
+
+        Raises:
+            SandboxError: this sandbox has no private journal (it runs without root).
+        """
+        if self.journald is None:
+            raise SandboxError(
+                "this sandbox has no private journal: it runs journald in a new mount namespace, "
+                "which needs root (CAP_SYS_ADMIN)"
+            )
+        try:
+            return self.journald.read(*matches)
+        except JournaldError as e:
+            raise SandboxError(str(e)) from None
+
+    def journal_text(self, *matches: str, lines: int = 50) -> str:
+        """The last ``lines`` matching entries as ``journalctl`` prints them, for a message to a person
+        (never raises: a sandbox without a journal says so instead)."""
+        try:
+            entries = self.journal(*matches)
+        except SandboxError as e:
+            return f"(no journal: {e})"
+        out = []
+        for entry in entries[-lines:]:
+            msg = entry.get("MESSAGE", "")
+            if isinstance(msg, list) and all(isinstance(x, int) for x in msg):  # binary: byte values
+                msg = bytes(msg).decode("utf-8", "replace")
+            out.append(f"{entry.get('SYSLOG_IDENTIFIER', '?')}[{entry.get('_PID', '?')}]: {msg}")
+        return "\n".join(out) or f"(no journal entries for {' '.join(matches) or 'anything'})"
+
     def _tail(self, name: str, lines: int = 30) -> str:
         if self.base_dir is None:
             return ""
@@ -680,6 +690,8 @@ class Sandbox:
             "dbus_starttime": self._dbus_start,
             "manager_pid": self.manager_pid,
             "manager_starttime": self._manager_start,
+            "journald_pid": self.journald.pid if self.journald else None,
+            "journald_starttime": self.journald.starttime if self.journald else None,
             "cgroups": self._cgroups,
             "cgroup_rel": self._cgroup_rel,
             "exports": self.exports,
@@ -713,6 +725,10 @@ class Sandbox:
         sb._manager_start = state.get("manager_starttime")
         sb._cgroups = list(state.get("cgroups") or [])
         sb._cgroup_rel = state.get("cgroup_rel")
+        if state.get("journald_pid"):
+            sb.journald = PrivateJournal(base / "journal", base)
+            sb.journald.pid = state["journald_pid"]
+            sb.journald.starttime = state.get("journald_starttime")
         sb.exports = dict(state.get("exports") or {})
         sb.env = {**{k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}, **sb.exports}
         return sb
@@ -736,7 +752,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         except SandboxError as e:
             print(f"sandbox: {e}", file=sys.stderr)
             return 1
-        print(f"sandbox: systemd --user pid {sb.manager_pid}, dbus-daemon pid {sb.dbus_pid}")
+        jpid = sb.journald.pid if sb.journald else None
+        print(
+            f"sandbox: systemd --user pid {sb.manager_pid}, dbus-daemon pid {sb.dbus_pid}, journald pid {jpid}"
+        )
         print(f"sandbox: . {Path(args.dir) / _ENV_FILE}   # then systemctl --user ... talks to it")
         print(f"sandbox: python -m tests.support.sandbox stop --dir {args.dir}   # to end it")
         return 0
@@ -746,7 +765,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(f"sandbox: {e}", file=sys.stderr)
         return 1
     sb.stop()
-    print(f"sandbox: stopped (manager pid {sb.manager_pid}, dbus-daemon pid {sb.dbus_pid})")
+    jpid = sb.journald.pid if sb.journald else None
+    print(
+        f"sandbox: stopped (manager pid {sb.manager_pid}, dbus-daemon pid {sb.dbus_pid}, journald pid {jpid})"
+    )
     return 0
 
 

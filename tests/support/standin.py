@@ -22,6 +22,7 @@ Endpoints:
 Misbehaviours on request (each one a failure gpushift must survive):
     --exit-at-once             exit 1 at once, like a missing binary or a bad flag
     --never-ready              serve, but /health never says 200
+    --fail-completions         /health says 200, but every completion answers 500 (inference dead)
     --ignore-sigterm           ignore SIGTERM: systemd SIGKILLs it after TimeoutStopSec
     --orphan-on-sigterm PATH   on SIGTERM, first leave a process OUTSIDE this unit's cgroup (a
                                transient scope made by ``systemd-run --user --scope``) holding PATH
@@ -30,7 +31,8 @@ Misbehaviours on request (each one a failure gpushift must survive):
     --hold-device PATH ...     keep these (simulated GPU device) files open for its whole life,
                                as a real server maps the device
 
-It logs one line per event to stdout (a unit's ``StandardOutput=append:FILE`` keeps them).
+It logs one line per event to stdout (in a unit: the journal) and, when ``$STANDIN_LOG_FILE`` is
+set, appends the same line to that file, where a test waits for it without asking the journal.
 
 A unit runs it from this checkout (it is not part of the installed package): ``ExecStart=`` begins
 with :func:`unit_command` and the unit carries :data:`UNIT_ENVIRONMENT`, so systemd can start it
@@ -65,8 +67,13 @@ def unit_command(python: str = sys.executable) -> str:
 
 
 def log(message: str) -> None:
-    """One line to stdout, flushed at once (systemd appends it to the unit's log file)."""
-    print(f"standin[{os.getpid()}] {time.strftime('%H:%M:%S')} {message}", flush=True)
+    """One line to stdout, flushed at once, and appended to ``$STANDIN_LOG_FILE`` when set."""
+    line = f"standin[{os.getpid()}] {time.strftime('%H:%M:%S')} {message}"
+    print(line, flush=True)
+    path = os.environ.get("STANDIN_LOG_FILE")
+    if path:
+        with contextlib.suppress(OSError), open(path, "a") as f:
+            f.write(line + "\n")
 
 
 class StandinState:
@@ -143,6 +150,23 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": f"no such path {path}"})
 
+    def _stream(self, n: int) -> None:
+        """An OpenAI-style streamed completion: three server-sent chunks, then ``[DONE]``."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for word in (" stand", "-in", " reply"):
+            chunk = {
+                "id": f"cmpl-standin-{n}",
+                "object": "text_completion",
+                "choices": [{"index": 0, "text": word}],
+            }
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
     def _control(self, body: dict[str, Any]) -> None:
         st = self.state
         if body.get("health") in ("ok", "fail", "hang"):
@@ -194,6 +218,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not st.ready:
             self._json(503, {"error": "model is loading"})
             return
+        if st.args.fail_completions:
+            self._json(500, {"error": {"message": "engine dead (--fail-completions)", "code": 500}})
+            return
         seconds = float(body.get("sleep", st.args.request_seconds))
         with st.lock:
             st.running += 1
@@ -203,6 +230,9 @@ class _Handler(BaseHTTPRequestHandler):
             with st.lock:
                 st.running -= 1
                 st.served += 1
+        if body.get("stream") is True:
+            self._stream(st.served)
+            return
         self._json(
             200,
             {
@@ -320,6 +350,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--hold-device", metavar="PATH", nargs="+", action="extend", default=[], help="files to keep open"
     )
     p.add_argument("--request-seconds", type=float, default=0.0, help="how long a completion takes")
+    p.add_argument(
+        "--fail-completions", action="store_true", help="/health says ok, every completion answers 500"
+    )
     p.add_argument(
         "-m", "--model", metavar="PATH", help="a model file to 'load' (must exist; its head is read)"
     )

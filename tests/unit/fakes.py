@@ -33,6 +33,8 @@ from gpushift.model import (
     Trigger,
     UnitState,
     VersionInfo,
+    WarmupRequest,
+    WarmupResult,
 )
 from gpushift.ports import Ports
 from gpushift.switch import Event, Switcher, SwitchResult
@@ -538,6 +540,8 @@ class FakeProbe:
         self.in_flight_polls: list[str] = []
         self.version_calls: list[tuple[str | None, tuple[str, ...] | None]] = []
         self.version_error: Exception | None = None  # version() raises this (a bug in a probe)
+        self.warmups: list[WarmupRequest] = []
+        self.warmup_results: dict[str, WarmupResult] = {}  # by URL; absent: answered at once
         self._lock = threading.Lock()
 
     def set_health(
@@ -599,6 +603,11 @@ class FakeProbe:
         if cmd and cmd in self._versions:
             return self._versions[cmd]
         return VersionInfo(version=None, source="none")
+
+    def warmup(self, request: WarmupRequest) -> WarmupResult:
+        self.warmups.append(request)
+        self.log.add("probe.warmup", request.url)
+        return self.warmup_results.get(request.url, WarmupResult(True, 200, "1 chunk(s)", 0.01, 0.02, 1))
 
     def in_flight(self, backend: Any) -> int | None:
         name = backend.name
@@ -703,6 +712,7 @@ class FakeHost:
         self.cmdlines: dict[int, list[str]] = {}
         self.launch_calls: list[tuple[UnitState, list[str]]] = []
         self.launch_error: Exception | None = None
+        self.unit_logs: dict[str, list[str]] = {}  # what the journal has of each unit
 
     def unit_event(self, event: str, u: FakeUnit) -> None:
         """FakeUnits subscriber: a started unit's main process runs ``argv_running``."""
@@ -718,6 +728,10 @@ class FakeHost:
         if self.launch_error is not None:
             raise self.launch_error
         return {"unit": unit.name, "fragment_path": unit.fragment_path, "argv": list(argv)}
+
+    def unit_log(self, unit: str, lines: int) -> dict[str, Any]:
+        self.log.add("host.unit_log", unit)
+        return {"source": "journal", "lines": self.unit_logs.get(unit, [])[-lines:]}
 
 
 # --------------------------------------------------------------------------- the world

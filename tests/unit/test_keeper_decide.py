@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from gpushift.keeper import Attempts, Decision, Override, Snapshot, decide
+from gpushift.keeper import Attempts, Decision, Override, Snapshot, WatchSettings, decide
 from gpushift.keeper.decide import (
     Adopt,
     Log,
@@ -153,11 +153,15 @@ def test_decide_crashed_backend_under_an_override_is_relaunched_too() -> None:
 
 
 def test_decide_crashed_backend_with_on_crash_stay_is_not_relaunched() -> None:
-    d = decide(snap(running=(), incident=CRASH, on_crash={"day": "stay"}))
+    d = decide(snap(running=(), incident=CRASH, settings={"day": WatchSettings(on_crash="stay")}))
     assert of(d, RecordIncident) and switches(d) == []
     assert d.blocked is not None and 'on_crash = "stay"' in d.blocked
     # ...and stays so at the next decision, until the next boundary
-    again = decide(snap(running=(), established=OFF, relaunch=d.relaunch, on_crash={"day": "stay"}))
+    again = decide(
+        snap(
+            running=(), established=OFF, relaunch=d.relaunch, settings={"day": WatchSettings(on_crash="stay")}
+        )
+    )
     assert switches(again) == [] and again.relaunch == d.relaunch
     assert switches(decide(snap(now=utc(2, 20), running=(), established=OFF, relaunch=d.relaunch))) == [
         ("night", Trigger.RECONCILE)
@@ -229,3 +233,61 @@ def test_decide_cancelled_scheduled_switch_waits_for_the_next_boundary() -> None
     # the next boundary is a new attempt
     d = decide(snap(now=utc(3, 8), attempts=a, running=("night",), established="night"))
     assert switches(d) == [("day", Trigger.RECONCILE)]
+
+
+BUSY = {"day": WatchSettings(defer_while_busy_s=600, idle_s=5)}
+
+
+def test_decide_boundary_with_a_busy_backend_is_deferred_then_taken_when_idle() -> None:
+    at = utc(2, 20)
+    d = decide(
+        snap(now=at, mono=1000.0, trigger=Trigger.SCHEDULE, settings=BUSY, in_flight=3, idle_for_s=None)
+    )
+    assert switches(d) == [] and d.deferral is not None and "deferred until" in d.summary
+    assert d.deferral.until() == at + timedelta(seconds=600)
+    # still busy 30 s later: still waiting (no ticket, nothing asked of the switcher)
+    d2 = decide(
+        snap(now=at + timedelta(seconds=30), mono=1030.0, settings=BUSY, in_flight=1, deferral=d.deferral)
+    )
+    assert switches(d2) == [] and d2.deferral == d.deferral
+    # idle for 5 s: switch, and the row will say how long it waited and why it ended
+    d3 = decide(
+        snap(
+            now=at + timedelta(seconds=40),
+            mono=1040.0,
+            settings=BUSY,
+            in_flight=0,
+            idle_for_s=5.5,
+            deferral=d.deferral,
+        )
+    )
+    (sw,) = of(d3, Switch)
+    assert (
+        sw.target == "night"
+        and sw.details["deferral"]["ended"] == "idle"
+        and sw.details["deferral"]["waited_s"] == 40
+    )
+    assert d3.deferral is None
+
+
+def test_decide_deferral_ends_at_its_limit_even_while_busy() -> None:
+    at = utc(2, 20)
+    d = decide(snap(now=at, mono=1000.0, settings=BUSY, in_flight=2))
+    late = decide(
+        snap(now=at + timedelta(seconds=601), mono=1601.0, settings=BUSY, in_flight=2, deferral=d.deferral)
+    )
+    (sw,) = of(late, Switch)
+    assert sw.details["deferral"]["ended"] == "limit"
+
+
+def test_decide_no_deferral_when_off_idle_or_unknowable() -> None:
+    at = utc(2, 20)
+    assert switches(decide(snap(now=at, in_flight=5))) == [("night", Trigger.RECONCILE)]  # off by default
+    assert switches(decide(snap(now=at, settings=BUSY, in_flight=0, idle_for_s=30))) != []  # idle already
+    assert switches(decide(snap(now=at, settings=BUSY))) != []  # no gauges: cannot tell busy from idle
+
+
+def test_decide_manual_switch_is_deferred_only_with_when_idle() -> None:
+    ov = Override(Mode.OVERRIDE, "night", utc(2, 20), "alice", utc(2, 12), when_idle=True)
+    d = decide(snap(override=ov, in_flight=2))
+    assert switches(d) == [] and d.deferral is not None and d.deferral.limit_s == 600
