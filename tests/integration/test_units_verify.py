@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.unitfile import directives
+
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "units"
 #: The unit files the project must ship (issue 2); any other units/*.service is verified too.
@@ -42,30 +44,10 @@ def _units() -> list[str]:
     return sorted(set(EXPECTED) | {p.name for p in UNITS.glob("*.service")})
 
 
-def _directives(text: str) -> list[tuple[str, str, str]]:
-    """(section, key, value) of a unit file, with backslash continuations joined."""
-    out: list[tuple[str, str, str]] = []
-    section, pending = "", ""
-    for raw in text.splitlines():
-        line = (pending + " " + raw.strip()) if pending else raw.strip()
-        pending = ""
-        if line.endswith("\\"):
-            pending = line[:-1].rstrip()
-            continue
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-        elif "=" in line:
-            key, value = line.split("=", 1)
-            out.append((section, key.strip(), value.strip()))
-    return out
-
-
 def _programs(text: str) -> list[str]:
     """The program path of every Exec*= line (prefixes such as ``-``, ``@``, ``+``, ``!`` removed)."""
     programs = []
-    for section, key, value in _directives(text):
+    for section, key, value in directives(text):
         if section == "Service" and key in EXEC_KEYS and value:
             program = value.split()[0].lstrip("-@:+!")
             programs.append(program)
@@ -152,7 +134,7 @@ def test_units_backends_conflict_both_ways_and_are_ordered_one_way() -> None:
         path = UNITS / name
         assert path.is_file(), f"units/{name} is missing"
         d: dict[str, set[str]] = {"Conflicts": set(), "After": set(), "Before": set(), "WantedBy": set()}
-        for _section, key, value in _directives(path.read_text()):
+        for _section, key, value in directives(path.read_text()):
             if key in d:
                 d[key].update(value.split())
         deps[name] = d

@@ -1,8 +1,8 @@
 """`make demo`: gpushift end to end on any Linux machine, no GPU needed.
 
 Boots a private systemd user manager and D-Bus session bus (tests.support.sandbox), installs the
-SHIPPED units/gpushift.service with a small drop-in (paths, log file, container-incompatible
-hardening off), two demo backends (tests.support.standin HTTP servers holding SIMULATED GPU device
+SHIPPED units/gpushift.service with a small drop-in (paths, log file, a shared writable
+directory), two demo backends (tests.support.standin HTTP servers holding SIMULATED GPU device
 files), starts the daemon, switches with live progress, and prints status and the ledger.
 
 Run from the repository root (it is not part of the installed package)::
@@ -43,13 +43,11 @@ Environment=GPUSHIFT_CONFIG={config}
 # writes native entries: GPUSHIFT_TICKET=, GPUSHIFT_PHASE=, ...)
 StandardOutput=journal
 StandardError=journal
-# hardening that needs new mount namespaces fails inside a container (226/NAMESPACE)
-ProtectSystem=no
-ProtectHome=no
+# paths: config, state and runtime dir live in one directory under /tmp or the checkout, so the
+# daemon shares /tmp with the test and may write there under ProtectSystem=strict; every other
+# hardening line of the shipped unit applies as on a host
 PrivateTmp=no
-ProtectKernelTunables=no
-ProtectKernelModules=no
-ProtectControlGroups=no
+ReadWritePaths={writable}
 """
 
 
@@ -57,6 +55,7 @@ def daemon_dropin(gpushift_bin: str, config: str, extra_env: Sequence[str] = ())
     return DAEMON_DROPIN.format(
         gpushift=gpushift_bin,
         config=config,
+        writable=os.path.dirname(os.path.abspath(config)),
         extra_env="\n".join(f"Environment={e}" for e in extra_env),
     )
 

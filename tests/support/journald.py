@@ -43,12 +43,21 @@ from .procs import alive, end_pid, first_executable, proc_starttime
 
 _CANDIDATES = ("/lib/systemd/systemd-journald", "/usr/lib/systemd/systemd-journald")
 
+#: What a booted host has and a unit's mount-namespace hardening needs (``ProtectHome=``,
+#: ``ProtectProc=``...): ``/run`` a mount of its own, a tmpfs ``/run/systemd`` and the nodes PID 1
+#: makes under ``/run/systemd/inaccessible/`` to mount over what a unit may not see.
+BOOTED_RUN = (
+    "mount --rbind /run /run && mkdir -p /run/systemd && mount -t tmpfs -o mode=0755 tmpfs /run/systemd"
+    " && mkdir -p /run/systemd/system /run/systemd/inaccessible && cd /run/systemd/inaccessible"
+    " && touch reg && mkdir dir && mkfifo fifo && mknod chr c 0 0 && mknod blk b 0 0"
+    " && chmod 0 reg dir fifo chr blk && cd /"
+)
+
 #: Inside the new mount namespace; "$1" journal dir, "$2" settings file, "$3" journald.
-_SETUP = """\
+_SETUP = f"""\
 set -e
-mkdir -p /run/systemd /run/log
-mount -t tmpfs -o mode=0755 tmpfs /run/systemd
-mkdir -p /run/systemd/system /run/systemd/journald.conf.d
+{BOOTED_RUN}
+mkdir -p /run/log /run/systemd/journald.conf.d
 mount -t tmpfs -o mode=0755 tmpfs /run/log
 mkdir /run/log/journal
 mount --bind "$1" /run/log/journal

@@ -43,8 +43,11 @@ Things learned the hard way (measured on a Debian 12 container, systemd 252):
   ``_SYSTEMD_UNIT=<unit>`` and ``journalctl -D DIR -u gpushift`` works as on a host.
 * The manager's own log is ``<base_dir>/systemd.log``, the bus's ``<base_dir>/dbus.log``,
   journald's (only a failed start writes there) ``<base_dir>/journald.log``.
-* Hardening that needs a new mount namespace fails inside such a container
-  (``ProtectHome=yes`` → exit 226/NAMESPACE): test drop-ins turn those off.
+* Mount-namespace hardening of a unit (``ProtectHome=yes``, ``ProtectKernelLogs=``, ``ProtectProc=``)
+  fails with 226/NAMESPACE unless the namespace looks like a booted host's: the nodes PID 1 makes
+  under ``/run/systemd/inaccessible/`` (mounted over what a unit may not see) and ``/run`` a mount
+  of its own (with ``ProtectProc=``, a path bound below a plain ``/run`` directory is not found).
+  The private namespace (journald's, which the manager joins) gets both.
 
 Command line (for the demo and for poking at it by hand)::
 
@@ -382,9 +385,12 @@ class Sandbox:
         assert systemd is not None
         # The child waits on stdin until it has been moved into its private cgroup, then execs.
         gate = 'read _gate; exec "$0" --user --unit=' + SANDBOX_TARGET
-        # nsenter execs in place: the manager joins journald's mount namespace (its /run/systemd).
-        enter = self.journald.enter() if self.journald is not None else []
-        argv = [*enter, "sh", "-c", gate, systemd]
+        if self.journald is not None:
+            # nsenter execs in place: the manager joins journald's mount namespace (its /run/systemd,
+            # and /run a mount of its own with the inaccessible nodes: see the module docstring).
+            argv = [*self.journald.enter(), "sh", "-c", gate, systemd]
+        else:  # a non-root user on a host booted with systemd: the host's /run is as it should be
+            argv = ["sh", "-c", gate, systemd]
         with open(self.manager_log, "ab") as log:
             self._manager_proc = subprocess.Popen(
                 argv,
