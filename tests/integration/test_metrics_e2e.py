@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -149,3 +151,27 @@ def test_promtool_accepts_the_daemons_exposition(sandbox: Any) -> None:
             curl.wait(10)
     assert curl.returncode == 0, "curl could not fetch /metrics"
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_textfile_in_a_directory_protect_system_keeps_read_only_needs_read_write_paths(sandbox: Any) -> None:
+    # The shipped unit's ProtectSystem=strict: the daemon cannot write node_exporter's directory
+    # (here one under /var/tmp) until a drop-in gives it that directory, as docs/metrics.md says.
+    directory = Path(tempfile.mkdtemp(prefix="gpushift-node-exporter.", dir="/var/tmp"))
+    try:
+        textfile = directory / "gpushift.prom"
+        a = Backend("a", free_port(), [0, 1])
+        env = GpushiftEnv(sandbox, Path(sandbox.base_dir) / "gs", [a], metrics_textfile=str(textfile)).up()
+        env.wait_for(
+            lambda: "metrics_textfile_failed" in env.daemon_log(), 10, "the failed write to be logged"
+        )
+        assert "Read-only file system" in env.daemon_log() and not textfile.exists()
+        sandbox.install_dropin(
+            "gpushift.service", "60-textfile.conf", f"[Service]\nReadWritePaths={directory}\n"
+        )
+        sandbox.daemon_reload()
+        sandbox.systemctl("restart", "gpushift.service", timeout_s=90)
+        env.wait_for(textfile.exists, 10, "the textfile once the drop-in gives the daemon its directory")
+        assert "gpushift_build_info" in textfile.read_text()
+        assert oct(textfile.stat().st_mode & 0o777) == "0o644"
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
