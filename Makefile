@@ -26,7 +26,7 @@ APT_PACKAGES := systemd dbus dbus-daemon libgirepository1.0-dev libcairo2-dev pk
 APT_PACKAGES_NO_RECOMMENDS := prometheus
 
 .PHONY: all deps venv lint test test-unit test-pythons test-contract test-integration test-real \
-	test-gpu demo demo-stop build man completions install uninstall clean bench
+	test-gpu demo demo-stop build man completions install uninstall clean bench bench-smoke bench-gpu
 
 all: venv
 
@@ -93,8 +93,26 @@ demo: venv
 demo-stop:
 	$(PY) -m tests.support.demo stop
 
+# Benchmarks (results in docs/benchmarks.md; each script also runs alone, its docstring says how).
+# bench: every one that runs here (about 6 minutes); bench-smoke: each for one short round, nothing
+# written; bench-gpu: the GPU one, on a GPU host (system Python with torch and nvidia-ml-py).
 bench: venv
 	$(PY) bench/ledger_list.py
+	$(PY) bench/switch_overhead.py
+	$(PY) bench/status.py
+	$(PY) bench/status.py --cold
+	$(PY) bench/footprint.py
+
+bench-smoke: venv
+	$(PY) bench/ledger_list.py --smoke
+	$(PY) bench/switch_overhead.py --smoke --start-delay 0
+	$(PY) bench/status.py --smoke
+	$(PY) bench/status.py --smoke --cold
+	$(PY) bench/footprint.py --smoke
+
+bench-gpu:
+	PYTHONPATH=. $(PYTHON) bench/gate_latency.py
+	PYTHONPATH=. $(PYTHON) bench/status.py --cold --section status_cold_gpu
 
 # ------------------------------------------------------------------ build, install, uninstall
 # `make build` (run by install) writes under $(BUILDDIR): the wheel, built from a copy of only what

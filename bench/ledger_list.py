@@ -7,6 +7,7 @@ baseline measured in the same invocation (a bare ``python -c 'import gpushift'``
 docs/benchmarks.md (between markers, other sections untouched).
 
     .venv/bin/python bench/ledger_list.py [--rows 100000] [--runs 15] [--no-write]
+    .venv/bin/python bench/ledger_list.py --smoke     # 1,000 rows, 2 runs, nothing written
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sqlite3
 import statistics
@@ -25,15 +25,13 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import benchdoc
+
 from gpushift.ledger import SqliteLedger
 from gpushift.ledger.chain import GENESIS_HASH, ROW_COLUMNS, row_hash
 from gpushift.ledger.rows import row_values
 from gpushift.model import SwitchRecord
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks.md"
-BEGIN = "<!-- bench:ledger_list:begin -->"
-END = "<!-- bench:ledger_list:end -->"
 TARGET_S = 0.2
 
 
@@ -170,38 +168,17 @@ def timed(argv: list[str], env: dict[str, str], runs: int) -> tuple[float, list[
     return statistics.median(times), times
 
 
-def machine() -> str:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (
-        f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, "
-        f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}"
-    )
-
-
-def write_doc(section: str) -> None:
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    block = f"{BEGIN}\n{section.rstrip()}\n{END}"
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    ap.add_argument(
+        "--smoke", action="store_true", help="1,000 rows, 2 runs, nothing written (a quick check)"
+    )
     args = ap.parse_args()
+    if args.smoke:
+        args.rows, args.runs, args.no_write = 1000, 2, True
 
     tmp = Path(tempfile.mkdtemp(prefix="gpushift-bench-"))
     try:
@@ -217,8 +194,7 @@ def main() -> None:
         # An installed package has its byte-code compiled; a checkout run with
         # PYTHONDONTWRITEBYTECODE=1 recompiles every module at every start.  Measure the installed
         # case (byte-code cached in a temp prefix, the checkout untouched) and report the other.
-        env = dict(os.environ, GPUSHIFT_CONFIG=str(cfg), PYTHONPYCACHEPREFIX=str(tmp / "pycache"))
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env = benchdoc.bytecode_cached(dict(os.environ, GPUSHIFT_CONFIG=str(cfg)), tmp / "pycache")
         env_nopyc = dict(env, PYTHONDONTWRITEBYTECODE="1")
         env_nopyc.pop("PYTHONPYCACHEPREFIX")
         script = shutil.which("gpushift", path=str(Path(sys.executable).parent)) or "gpushift"
@@ -253,15 +229,15 @@ Target: ≤ {TARGET_S} s wall time (median). Result: **{med:.3f} s**, {verdict} 
   byte-code cached as in an installed package, except where the table says otherwise).
 - Ledger: {args.rows:,} rows, {size_mb:.0f} MB database (records of a real 2-GPU switch, valid hash chain),
   built in {build_s:.1f} s; WAL mode; read-only open.
-- Machine: {machine()}.
-- Measured {datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}. The query reads the 20 newest rows by
+- Machine: {benchdoc.machine(f"SQLite {sqlite3.sqlite_version}")}.
+- Measured {benchdoc.stamp()}. The query reads the 20 newest rows by
   primary key, so its cost does not grow with the table; what remains is interpreter start-up and imports
   (click, the config's TOML parser, sqlite3), which is why the main CLI must import sub-commands lazily.
 """
         print(section)
         if not args.no_write:
-            write_doc(section)
-            print(f"written to {DOC}")
+            benchdoc.write_section("ledger_list", section)
+            print(f"written to {benchdoc.DOC}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

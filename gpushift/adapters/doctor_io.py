@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import cmdline, doctor
@@ -42,6 +42,48 @@ def tcp_listeners() -> dict[int, Holder]:
     return out
 
 
+def listening_ports(paths: Sequence[str] = ("/proc/net/tcp", "/proc/net/tcp6")) -> set[int]:
+    """The local TCP ports in LISTEN state, from the kernel's tables (no process lookup: cheap)."""
+    ports: set[int] = set()
+    for path in paths:
+        try:
+            with open(path, encoding="ascii") as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except (OSError, ValueError):
+            continue
+    return ports
+
+
+class TcpListeners(Mapping[int, Holder]):
+    """Who listens on a port, looked up only for a port that is listened on: the preflight asks
+    about its target's port, and mapping every socket to its process costs a scan of every
+    process's open files."""
+
+    def __init__(self) -> None:
+        self._ports = listening_ports()
+        self._holders: dict[int, Holder] | None = None
+
+    def _all(self) -> dict[int, Holder]:
+        if self._holders is None:
+            self._holders = tcp_listeners()
+        return self._holders
+
+    def __getitem__(self, port: int) -> Holder:
+        if port not in self._ports:
+            raise KeyError(port)
+        return self._all()[port]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
 def _checkpoint(backend_kind: str, argv: Sequence[str], env: dict[str, str]) -> doctor.CheckpointFacts | None:
     """For vLLM: the model directory's config.json (dtype, quantization), when it is local."""
     if backend_kind != "vllm":
@@ -65,7 +107,7 @@ def _ledger_memory(ledger: Ledger | None) -> tuple[dict[str, str], dict[str, int
     if ledger is None:
         return versions, ecc, known
     try:
-        rows = ledger.list(limit=100)
+        rows = ledger.list(limit=20)
     except Exception:
         return versions, ecc, known
     for r in rows:  # newest first
@@ -125,7 +167,7 @@ def run_checks(
         accepted_ecc_uncorrected=dict(config.gpu.accepted_ecc_uncorrected) or None,
         known_gpus=known,
         accepted_gpu_uuids=config.gpu.accepted_gpu_uuids,
-        listeners=tcp_listeners(),
+        listeners=TcpListeners(),
     )
     return findings, facts, states
 

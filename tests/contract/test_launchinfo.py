@@ -207,3 +207,18 @@ def test_launchinfo_unreadable_unit_file_is_reported_not_raised(tmp_path: Path) 
     info = collect_launch_info(st, [])
     assert info["unit"]["sha256"] is None and info["unit"]["error"]
     assert info["models"] == []
+
+
+def test_doctor_io_listening_ports_sees_a_listening_socket_without_a_process_scan() -> None:
+    import socket
+
+    from gpushift.adapters.doctor_io import TcpListeners, listening_ports
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert port in listening_ports()
+        holder = TcpListeners().get(port)
+        assert holder is not None and holder.pid == os.getpid()
+    assert TcpListeners().get(port) is None  # closed: not listened on

@@ -99,7 +99,8 @@ class GpushiftEnv:
             f'runtime_dir = "{self.runtime_dir}"',
             f'on_failure = "{o["on_failure"]}"',
             f"poll_interval_s = {o['poll_interval_s']}",
-            "stop_timeout_s = 30",
+            # gpushift waits for a stop job longer than any unit's TimeoutStopSec= (systemd kills first)
+            f"stop_timeout_s = {max([30, *(b.timeout_stop_s + 15 for b in self.backends.values())])}",
             f"reconcile_interval_s = {o['reconcile_interval_s']}",
         ]
         if "sample_interval_s" in o:  # else the daemon's default

@@ -123,6 +123,8 @@ def test_hardened_daemon_is_confined_and_names_another_users_holder(sandbox, ope
 
     holder = _hold_as_nobody(env.simdir / "nvidia0")
     try:
+        # status answers from the sampler: wait for a sample taken after the holder opened the device
+        env.wait_for(lambda: _gpu(env.status(), 0)["state"] != "released", 15, "a sample with the holder")
         gpu = _gpu(env.status(), 0)
         assert gpu["state"] == "held", gpu
         assert [(h["pid"], h["user"]) for h in gpu["holders"]] == [(holder.pid, "nobody")]
@@ -151,6 +153,7 @@ def test_hardened_daemon_without_ptrace_cannot_see_the_holder(sandbox, open_base
 
     holder = _hold_as_nobody(env.simdir / "nvidia0")
     try:
+        env.wait_for(lambda: _gpu(env.status(), 0)["state"] != "released", 15, "a sample with the holder")
         gpu = _gpu(env.status(), 0)
         assert gpu["state"] == "unknown", gpu
         assert gpu["holders"] == [] and gpu["holders_complete"] is False

@@ -181,30 +181,21 @@ simulated_vram_mib = 6800
 """
     )
     devices = [str(simdir / "nvidia0"), str(simdir / "nvidia1")]
-    sb.install_unit(
-        "demo-day.service",
-        standin_unit(
-            'gpushift demo backend "demo-day" (stand-in for vLLM)',
-            18000,
-            "0.8.5-demo",
+    # name, stands in for, port, version, start delay (s), the other
+    for name, what, port, version, delay, other in (
+        ("demo-day", "vLLM", 18000, "0.8.5-demo", 2, "demo-night"),
+        ("demo-night", "llama-server", 18080, "b6143-demo", 1, "demo-day"),
+    ):
+        text = standin_unit(
+            f'gpushift demo backend "{name}" (stand-in for {what})',
+            port,
+            version,
             devices,
-            str(d / "demo-day.log"),
-            conflicts=["demo-night.service"],
-            args=["--start-delay", "2"],
-        ),
-    )
-    sb.install_unit(
-        "demo-night.service",
-        standin_unit(
-            'gpushift demo backend "demo-night" (stand-in for llama-server)',
-            18080,
-            "b6143-demo",
-            devices,
-            str(d / "demo-night.log"),
-            conflicts=["demo-day.service"],
-            args=["--start-delay", "1"],
-        ),
-    )
+            str(d / f"{name}.log"),
+            conflicts=[f"{other}.service"],
+            args=["--start-delay", str(delay)],
+        )
+        sb.install_unit(f"{name}.service", text)
     sb.install_unit("gpushift.service", (REPO / "units" / "gpushift.service").read_text())
     sb.install_dropin("gpushift.service", "50-demo.conf", daemon_dropin(gpushift_bin, str(cfg)))
     sb.daemon_reload()

@@ -403,7 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         log(f"cannot listen on {args.host}:{args.port}: {e.strerror}")
         return 1
-    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    # The HTTP loop looks for shutdown() every 50 ms (the default, 0.5 s, made every SIGTERM take up
+    # to half a second: a backend that stops "at once" should).
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="http", daemon=True)
     thread.start()
     log(f"listening on {args.host}:{args.port}, version {args.version}, ready in {args.start_delay:g} s")
     if args.start_delay > 0 and not args.never_ready:

@@ -1,0 +1,64 @@
+"""The benchmarks under bench/ keep working (their figures live in docs/benchmarks.md; no test here
+asserts a speed): each one answers ``--help``, names its own command in its docstring, the GPU one
+says clearly that it needs a GPU where there is none, and the switch benchmark runs one short round
+against a real daemon in a private systemd user manager (about 15 s).  ``make bench-smoke`` runs
+every benchmark's ``--smoke`` round.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+SCRIPTS = ["ledger_list.py", "switch_overhead.py", "status.py", "footprint.py", "gate_latency.py"]
+
+
+def run(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_benchmark_answers_help_and_names_its_command(script):
+    r = run(f"bench/{script}", "--help")
+
+    assert r.returncode == 0, r.stderr
+    assert "usage:" in r.stdout and "--no-write" in r.stdout, r.stdout
+    doc = ast.get_docstring(ast.parse((BENCH / script).read_text())) or ""
+    assert f"bench/{script}" in doc, f"{script}'s docstring does not say how to run it"
+
+
+def test_gate_latency_without_a_gpu_fails_saying_so():
+    """This machine has no NVIDIA GPU: the GPU benchmark must stop at once and say why."""
+    r = run("bench/gate_latency.py", "--smoke", timeout=60)
+
+    assert r.returncode != 0
+    assert "gate_latency:" in r.stderr and ("GPU" in r.stderr or "nvidia-ml-py" in r.stderr), r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+
+
+def test_switch_benchmark_runs_one_round_of_every_way():
+    doc = REPO / "docs" / "benchmarks.md"
+    before = doc.read_text()
+
+    r = run("bench/switch_overhead.py", "--smoke", "--start-delay", "0", timeout=180)
+
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    for way in ("limit", "gpushift", "recipe 1 s", "recipe 0.1 s"):
+        assert f"| {way} | **" in r.stdout, r.stdout
+    # the phases of gpushift's own switches come from their ledger rows
+    assert "| ready |" in r.stdout and "| stop |" in r.stdout, r.stdout
+    assert doc.read_text() == before, "--smoke must leave docs/benchmarks.md alone"
