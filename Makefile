@@ -19,7 +19,11 @@ PYENV_ROOT ?= /root/.pyenv
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
 APT_PACKAGES := systemd dbus dbus-daemon libgirepository1.0-dev libcairo2-dev pkg-config gcc \
-	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base
+	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base curl
+# Installed without their recommended packages: prometheus (with promtool) for the metrics tests,
+# which start a private Prometheus of their own (not node_exporter, which it recommends).  On a host
+# booted with systemd the package also enables its own prometheus.service; the tests never use it.
+APT_PACKAGES_NO_RECOMMENDS := prometheus
 
 .PHONY: all deps venv lint test test-unit test-pythons test-contract test-integration test-real \
 	test-gpu demo demo-stop build man completions install uninstall clean bench bench-smoke bench-gpu
@@ -28,8 +32,10 @@ all: venv
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	bare=""; for p in $(APT_PACKAGES_NO_RECOMMENDS); do dpkg -s $$p >/dev/null 2>&1 || bare="$$bare $$p"; done; \
+	if [ -n "$$missing$$bare" ]; then echo "apt: installing$$missing$$bare"; apt-get update -qq || exit 1; \
+	  if [ -n "$$missing" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; fi; \
+	  if [ -n "$$bare" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$bare >/dev/null || exit 1; fi; \
 	else echo "apt: all present"; fi
 
 $(STAMP): pyproject.toml | deps
@@ -58,7 +64,7 @@ test-pythons: venv
 	  env=.venv-$$v; \
 	  if [ ! -f $$env/.installed ] || [ pyproject.toml -nt $$env/.installed ]; then \
 	    $$py -m venv $$env && $$env/bin/pip install -q --upgrade pip && \
-	    $$env/bin/pip install -q pytest pytest-timeout hypothesis "apscheduler>=3.11.2,<4" click structlog psutil nvidia-ml-py "tomli>=2; python_version<'3.11'" && \
+	    $$env/bin/pip install -q pytest pytest-timeout hypothesis "apscheduler>=3.11.2,<4" click structlog psutil nvidia-ml-py "prometheus-client>=0.17" "tomli>=2; python_version<'3.11'" && \
 	    $$env/bin/pip install -q --no-deps -e . && touch $$env/.installed || exit 1; \
 	  fi; \
 	  echo "== unit tests on $$($$env/bin/python --version)"; \

@@ -6,8 +6,10 @@ unknown keys are errors too (a typo must not silently fall back to a default).
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -69,6 +71,18 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    listen: str = ""  # "HOST:PORT" or "[IPv6]:PORT" serves /metrics there; "": no listener
+    textfile: str = ""  # a *.prom file for node_exporter's textfile collector; "": none
+    textfile_interval_s: float = 60.0  # the textfile is rewritten at least this often
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) of ``listen`` (IPv6 without its brackets); None when it is off."""
+        return split_listen(self.listen) if self.listen else None
+
+
+@dataclass(frozen=True)
 class WarmupConfig:
     """The warm-up request after ready: ``body`` None means the kind's default body."""
 
@@ -114,6 +128,7 @@ class Config:
     daemon: DaemonConfig
     gpu: GpuConfig
     backends: Mapping[str, BackendConfig] = field(default_factory=dict)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def backend(self, name: str) -> BackendConfig:
         return self.backends[name]
@@ -142,6 +157,41 @@ def _origin(url: str) -> str:
     """``http://127.0.0.1:8000/health`` → ``http://127.0.0.1:8000``."""
     scheme, _, rest = url.partition("://")
     return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+_HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def split_listen(text: str) -> tuple[str, int]:
+    """``127.0.0.1:9840`` / ``[::1]:9840`` / ``localhost:9840`` → (host, port).
+
+    Raises:
+        ValueError: saying what is wrong (the config reader names the key).
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9840 or [::1]:9840), got {text!r}")
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"expected a port 1-65535 after the last ':', got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ValueError(f"{host} is not an IPv6 address, in {text!r}") from None
+        return host[1:-1], int(port)
+    if ":" in host:
+        raise ValueError(f"write an IPv6 address in brackets, e.g. [::1]:9840, got {text!r}")
+    if not (_is_ipv4(host) or (_HOSTNAME.fullmatch(host) and not host.replace(".", "").isdigit())):
+        raise ValueError(f"{host!r} is neither an IPv4 address nor a host name, in {text!r}")
+    return host, int(port)
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def config_path(explicit: str | None = None) -> str:
@@ -282,7 +332,7 @@ class _Reader:
         return v
 
     def config(self, data: Mapping[str, Any]) -> Config:
-        self.no_unknown(data, "", {"daemon", "gpu", "backends"})
+        self.no_unknown(data, "", {"daemon", "gpu", "backends", "metrics"})
         d = self.table(data, "daemon")
         self.no_unknown(d, "daemon", set(DaemonConfig.__dataclass_fields__))
         daemon = DaemonConfig(
@@ -347,7 +397,34 @@ class _Reader:
                             f"backends.{be.name}.gpus",
                             f"GPU {i} does not exist on the simulated host of {gpu.simulated_gpus} GPUs",
                         )
-        return Config(path=self.path, daemon=daemon, gpu=gpu, backends=backends)
+        return Config(path=self.path, daemon=daemon, gpu=gpu, backends=backends, metrics=self.metrics(data))
+
+    def metrics(self, data: Mapping[str, Any]) -> MetricsConfig:
+        m = self.table(data, "metrics")
+        self.no_unknown(m, "metrics", set(MetricsConfig.__dataclass_fields__))
+        listen = m.get("listen", "")
+        if not isinstance(listen, str):
+            raise self.err("metrics.listen", f'expected "HOST:PORT" (or "" for none), got {listen!r}')
+        if listen:
+            try:
+                split_listen(listen)
+            except ValueError as e:
+                raise self.err("metrics.listen", str(e)) from None
+        textfile = m.get("textfile", "")
+        if not isinstance(textfile, str) or (
+            textfile and not (os.path.isabs(textfile) and textfile.endswith(".prom"))
+        ):
+            raise self.err(
+                "metrics.textfile",
+                f'expected an absolute path ending in .prom (or "" for none), got {textfile!r}',
+            )
+        return MetricsConfig(
+            listen=listen,
+            textfile=textfile,
+            textfile_interval_s=self.number(
+                m, "metrics", "textfile_interval_s", 60.0, minimum=1, maximum=3600
+            ),
+        )
 
     def backend(self, name: str, where: str, d: Mapping[str, Any]) -> BackendConfig:
         self.no_unknown(d, where, set(BackendConfig.__dataclass_fields__) - {"name"})

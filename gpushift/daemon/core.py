@@ -6,7 +6,8 @@ Threads (docs/design.md has the full picture):
 - the switch worker (one at a time, started by the Switcher);
 - the sampler's thread (status reads its snapshot);
 - the scheduler's thread (APScheduler), which only *asks* for switches through the same door as a
-  person does.
+  person does;
+- with ``[metrics]`` set: the ``/metrics`` listener's threads and the ``metrics`` thread (textfile).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..adapters.dbus_names import BUS_NAME
 from ..errors import ConfigError, GpushiftError, UnknownBackend
 from ..model import OFF, Caller, EventKind, Trigger
 from ..switch import Event, Switcher
+from . import exporter
 from .clockwork import Clockwork
 from .settings import load_schedule_of, parse_until, reloadable, watch_settings
 from .watch import BackendWatcher
@@ -354,6 +356,7 @@ class Daemon:
             )
             self.sampler.stop()
             return 1
+        self.metrics = exporter.start(self)  # /metrics and the textfile, on threads of their own
         self._loop = GLib.MainLoop()
         self.watcher.start_jobwatch()
         self.watcher.keep_units_loaded(self.config)
@@ -382,6 +385,8 @@ class Daemon:
         self.clockwork.tick(Trigger.RECONCILE)  # boot or crash restart: bring up what the schedule wants
         self._update_status_line()
         self._loop.run()
+        if self.metrics is not None:
+            self.metrics.stop()
         self.sampler.stop()
         self.clockwork.stop()
         self.notify.stopping()

@@ -40,6 +40,7 @@ def reloadable(old: config_mod.Config, new: config_mod.Config) -> None:
             ("daemon.state_dir", old.daemon.state_dir, new.daemon.state_dir),
             ("daemon.runtime_dir", old.daemon.runtime_dir, new.daemon.runtime_dir),
             ("gpu", old.gpu, new.gpu),
+            ("metrics", old.metrics, new.metrics),  # the listener and the textfile are set up at start
         )
         if a != b
     ]

@@ -83,6 +83,11 @@ class GpushiftEnv:
         if self.product_path:
             self.extra_env.append(f"PYTHONPATH={self.product_path}")
         self.gpushift = GPUSHIFT  # the command the unit and the CLI calls run (another install's, in a test)
+        # Every daemon of the integration tests serves /metrics, on a port of its own (not when the
+        # daemon is another checkout's, which may not know [metrics]); a test may turn it off
+        # (metrics_listen="") or add a textfile (metrics_textfile=PATH).
+        default_listen = "" if self.product_path else f"127.0.0.1:{free_port()}"
+        self.metrics_listen = str(self.opts.get("metrics_listen", default_listen))
 
     # ------------------------------------------------------------ setup
 
@@ -114,6 +119,10 @@ class GpushiftEnv:
             f"simulated_release_delay_s = {o['simulated_release_delay_s']}",
             f"simulated_foreign_mib = {o['simulated_foreign_mib']}",
         ]
+        if self.metrics_listen or o.get("metrics_textfile"):
+            lines += ["", "[metrics]", f'listen = "{self.metrics_listen}"']
+            if o.get("metrics_textfile"):
+                lines += [f'textfile = "{o["metrics_textfile"]}"', "textfile_interval_s = 60"]
         for b in self.backends.values():
             lines += [
                 "",
@@ -220,6 +229,10 @@ class GpushiftEnv:
     def ledger_row(self, row_id: int) -> dict[str, Any]:
         r = self.cli("ledger", "show", str(row_id), "--json", check=True)
         return dict(json.loads(r.stdout))
+
+    def metrics_url(self) -> str:
+        host, _, port = self.metrics_listen.rpartition(":")
+        return f"http://{host}:{port}/metrics"
 
     def active_state(self, unit: str) -> str:
         return self.sb.show(unit, "ActiveState")["ActiveState"]

@@ -18,6 +18,7 @@ from gpushift.config import (
     Config,
     DaemonConfig,
     GpuConfig,
+    MetricsConfig,
     config_path,
     load,
     parse,
@@ -146,6 +147,7 @@ def test_config_every_key_is_documented_in_docs_config_md(repo_root: Path) -> No
         "[daemon]": set(DaemonConfig.__dataclass_fields__),
         "[gpu]": set(GpuConfig.__dataclass_fields__),
         "[backends.NAME]": set(BackendConfig.__dataclass_fields__) - {"name"},
+        "[metrics]": set(MetricsConfig.__dataclass_fields__),
     }
     assert "| key | type | default | range | meaning |" in text
 
