@@ -30,6 +30,7 @@ from ..switch import Event, Switcher
 from . import exporter
 from .clockwork import Clockwork
 from .lookahead import LookAhead
+from .prewarming import Prewarming
 from .settings import load_schedule_of, parse_until, reloadable, watch_settings
 from .watch import BackendWatcher
 
@@ -90,6 +91,11 @@ class Daemon:
         )
         # Consumers (pre-warm, hooks, notices) register here: docs/design.md "A look-ahead consumer".
         self.lookahead = LookAhead(self.keeper.coming_switch, ports.clock.now, self.log)
+        self.prewarming = Prewarming(
+            lambda: self.config, ports.units, self.log, switching_to=self._switching_to
+        )
+        self.lookahead.add(self.prewarming.consumer())
+        self.switcher.preflight.row_facts.append(self.prewarming.row_facts)
         self.clockwork = Clockwork(
             self.keeper,
             lambda: self.config.daemon.reconcile_interval_s,
@@ -97,6 +103,10 @@ class Daemon:
             self.log,
             lookahead=self.lookahead,
         )
+
+    def _switching_to(self) -> str | None:
+        cur = self.switcher.current()
+        return cur.target if cur is not None else None
 
     def converge(self) -> None:
         """At start, before the first decision: recover from a switch the previous daemon did not
@@ -396,6 +406,7 @@ class Daemon:
             self.metrics.stop()
         self.sampler.stop()
         self.clockwork.stop()
+        self.prewarming.stop()  # end the pre-warm readers this daemon started
         self.notify.stopping()
         self.log.info("daemon_stopping", detail="backends are left as they are")
         return 0
