@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from .. import __version__, redact, terminal
+from .. import redact, terminal
 from ..errors import DaemonUnavailable, GpushiftError
 from . import params
 from .output import Paint, painter, say, say_json
@@ -104,6 +104,15 @@ def _bus_kind(ctx: click.Context) -> str:
             return "system"
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from .version import lines
+
+    say("\n".join(lines()))
+    ctx.exit(0)
+
+
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
@@ -112,7 +121,14 @@ def _bus_kind(ctx: click.Context) -> str:
     envvar="GPUSHIFT_CONFIG",
     help="Config file (default /etc/gpushift/gpushift.toml; env GPUSHIFT_CONFIG).",
 )
-@click.version_option(__version__, prog_name="gpushift")
+@click.option(
+    "--version",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_print_version,
+    help="Show the versions of gpushift, Python, its dependencies and the NVIDIA driver, and exit.",
+)
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
     """gpushift time-shares one GPU host between inference servers.
@@ -122,11 +138,13 @@ def main(ctx: click.Context, config_path: str | None) -> None:
     next unit, waits until it answers its health URL, and records the launch in a ledger.
 
     \b
-    Typical use:
-      gpushift status                 what runs, GPU memory and holders, last switch
-      gpushift switch llama           switch now (live progress; exit 0 when ready)
-      gpushift switch off             stop every backend, leave the GPUs free
-      gpushift ledger                 every launch, newest first
+    Examples:
+      gpushift status                 # what runs, GPU memory and holders, last switch
+      gpushift switch llama           # switch now (live progress; exit 0 when ready)
+      gpushift switch off             # stop every backend, leave the GPUs free
+      gpushift ledger                 # every launch, newest first
+      gpushift --version              # gpushift, Python, dependencies, NVIDIA driver
+      gpushift --config ./gpushift.toml check
     """
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
@@ -135,7 +153,13 @@ def main(ctx: click.Context, config_path: str | None) -> None:
 @main.command()
 @click.pass_context
 def daemon(ctx: click.Context) -> None:
-    """Run the daemon in the foreground (what units/gpushift.service runs)."""
+    """Run the daemon in the foreground (what units/gpushift.service runs).
+
+    \b
+    Examples:
+      gpushift daemon                 # as systemd runs it (ExecStart=)
+      gpushift --config ./test.toml daemon
+    """
     from ..daemon import main as daemon_main
 
     sys.exit(daemon_main(ctx.obj["config_path"]))
@@ -311,6 +335,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
     When the daemon is down, shows what the CLI can read itself (units, GPUs, ledger) and says so.
     Exit status 0 when the daemon runs, 6 when it is down.
+
+    \b
+    Examples:
+      gpushift status
+      gpushift status --json          # one JSON object, for scripts
     """
     try:
         cfg = _config(ctx)
@@ -377,6 +406,16 @@ def switch(
 
     Prints one line per phase with elapsed seconds; exits 0 when BACKEND answers its health URL,
     non-zero with a one-line reason otherwise.  A switch to the active backend says so and exits 0.
+
+    \b
+    Examples:
+      gpushift switch llama --reason "nightly eval"
+      gpushift switch vllm --now      # skip the drain of in-flight requests
+      gpushift switch llama --hold    # keep llama until `gpushift resume`
+      gpushift switch llama --until "2026-12-01 08:00"
+      gpushift switch vllm --restart  # relaunch the serving backend through the gate
+      gpushift switch llama --when-idle
+      gpushift switch off --no-wait   # print the ticket and return
     """
     from ..adapters.client import Client
 
@@ -446,7 +485,12 @@ def switch(
 @main.command()
 @click.pass_context
 def cancel(ctx: click.Context) -> None:
-    """Abort the switch in progress (the failure policy then applies: rollback or stay)."""
+    """Abort the switch in progress (the failure policy then applies: rollback or stay).
+
+    \b
+    Examples:
+      gpushift cancel
+    """
     from ..adapters.client import Client
 
     try:
@@ -460,7 +504,12 @@ def cancel(ctx: click.Context) -> None:
 @main.command()
 @click.pass_context
 def resume(ctx: click.Context) -> None:
-    """Drop a manual override and obey the schedule again at once (switching if needed)."""
+    """Drop a manual override and obey the schedule again at once (switching if needed).
+
+    \b
+    Examples:
+      gpushift resume
+    """
     from ..adapters.client import Client
 
     try:
@@ -475,6 +524,10 @@ def reload(ctx: click.Context) -> None:
     """Make the daemon re-read config and schedule; waits until done (systemd's ExecReload=).
 
     An invalid file is rejected, the old one stays in force, and this exits non-zero.
+
+    \b
+    Examples:
+      gpushift reload                 # what `systemctl reload gpushift` runs
     """
     from ..adapters.client import Client
 

@@ -83,6 +83,12 @@ def ledger(
     """The deployment ledger: every switch and launch (newest first).
 
     Reads the database directly; the daemon need not run.
+
+    \b
+    Examples:
+      gpushift ledger                 # the last 20 switches
+      gpushift ledger -n 50 --backend llama --since 7d
+      gpushift ledger --outcome rolled_back --json
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -109,7 +115,13 @@ def ledger(
 @click.option("--json", "as_json", is_flag=True, help="The full record as JSON.")
 @click.pass_context
 def show(ctx: click.Context, row_id: int, as_json: bool) -> None:
-    """Everything about one switch and the launch it made."""
+    """Everything about one switch and the launch it made.
+
+    \b
+    Examples:
+      gpushift ledger show 42
+      gpushift ledger show 42 --json
+    """
     from ..ledger import reports
 
     _config, led = _open(ctx)
@@ -130,6 +142,11 @@ def diff(ctx: click.Context, ids: tuple[int, ...], as_json: bool) -> None:
     """What changed between two launches of the same backend.
 
     Without IDs: the last launch of each backend against its previous one.
+
+    \b
+    Examples:
+      gpushift ledger diff            # each backend's last launch against its previous one
+      gpushift ledger diff 40 42
     """
     if len(ids) not in (0, 2):
         raise click.UsageError("give two ids (older, newer), or none")
@@ -158,7 +175,13 @@ def diff(ctx: click.Context, ids: tuple[int, ...], as_json: bool) -> None:
 @click.pass_context
 def export(ctx: click.Context, fmt: str) -> None:
     """The whole ledger: a per-machine deployment README (markdown) or one JSON record per line
-    (jsonl, oldest first)."""
+    (jsonl, oldest first).
+
+    \b
+    Examples:
+      gpushift ledger export > DEPLOYMENTS.md
+      gpushift ledger export --format jsonl > ledger.jsonl
+    """
     from ..ledger import reports
 
     config, led = _open(ctx)
@@ -175,7 +198,13 @@ def export(ctx: click.Context, fmt: str) -> None:
 @click.pass_context
 def verify(ctx: click.Context, as_json: bool) -> None:
     """Check the hash chain and the head file; name the first bad row, or a break in the chain
-    (recorded by the daemon or not).  Exits 11 on anything but an intact, unbroken chain."""
+    (recorded by the daemon or not).  Exits 11 on anything but an intact, unbroken chain.
+
+    \b
+    Examples:
+      gpushift ledger verify
+      gpushift ledger verify --json
+    """
     _config, led = _open(ctx, check=False)  # verify names a bad database itself
     res = led.verify()
     if as_json:

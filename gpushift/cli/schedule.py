@@ -146,6 +146,12 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
     """List the next switches of the schedule (local and UTC times, and the entry behind each).
 
     Reads the config for the schedule file and the backend names; no daemon is needed.
+
+    \b
+    Examples:
+      gpushift schedule               # the next 10 switches
+      gpushift schedule --next 30 --from "2026-12-24 00:00"
+      gpushift schedule --json
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -207,6 +213,11 @@ def check(ctx: click.Context, file: str | None) -> None:
     Exits 0 with a summary, or non-zero with the error naming file, line and field.  Backend names
     are checked against the config; when the config cannot be read, FILE is still checked and the
     output says that backend names were not.
+
+    \b
+    Examples:
+      gpushift schedule check         # the schedule the config names
+      gpushift schedule check ./schedule.new
     """
     cfg: config_mod.Config | None = None
     cfg_error: ConfigError | None = None

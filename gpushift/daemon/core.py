@@ -29,6 +29,7 @@ from ..model import OFF, Caller, EventKind, Trigger
 from ..switch import Event, Switcher
 from . import exporter
 from .clockwork import Clockwork
+from .lookahead import LookAhead
 from .settings import load_schedule_of, parse_until, reloadable, watch_settings
 from .watch import BackendWatcher
 
@@ -87,8 +88,14 @@ class Daemon:
             watch=self.watcher,
             settings=watch_settings(self.config),
         )
+        # Consumers (pre-warm, hooks, notices) register here: docs/design.md "A look-ahead consumer".
+        self.lookahead = LookAhead(self.keeper.coming_switch, ports.clock.now, self.log)
         self.clockwork = Clockwork(
-            self.keeper, lambda: self.config.daemon.reconcile_interval_s, self._reconcile, self.log
+            self.keeper,
+            lambda: self.config.daemon.reconcile_interval_s,
+            self._reconcile,
+            self.log,
+            lookahead=self.lookahead,
         )
 
     def converge(self) -> None:
