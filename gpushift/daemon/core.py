@@ -76,10 +76,15 @@ class Daemon:
 
         self.watcher = BackendWatcher(ports, self.components.bus, self.log)
 
+        self.override_store = JsonOverrideStore(
+            os.path.join(self.config.daemon.state_dir, "override.json"),
+            log=self.log,
+            backends=set(self.config.backends),
+        )
         self.keeper = Keeper(
             self.switcher,
             self.schedule,
-            JsonOverrideStore(os.path.join(self.config.daemon.state_dir, "override.json"), log=self.log),
+            self.override_store,
             now=ports.clock.now,
             monotonic=ports.clock.monotonic,
             log=self.log,
@@ -142,6 +147,7 @@ class Daemon:
             "switch": cur.progress(now) if cur else None,
             "reload_error": self.reload_error,
             "reloaded_at": self.reloaded_at.isoformat() if self.reloaded_at else None,
+            "override_ignored": self.override_store.ignored,  # override.json found unusable at start
         }
         c = self.components
         out = wiring.compose_status(self.config, self.sampler.snapshot(), now, daemon, c.ledger_view())
