@@ -58,7 +58,7 @@ class JsonOverrideStore:
         except (ValueError, OverflowError) as e:
             return self._ignore(str(e))
 
-    def _ignore(self, why: str) -> None:
+    def _ignore(self, why: str) -> Override | None:
         """A damaged file must not keep the daemon from starting (nor crash it later): obey the
         schedule, and say so."""
         self.ignored = why[:300]
