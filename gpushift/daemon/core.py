@@ -24,7 +24,7 @@ from typing import Any
 from .. import __version__, redact, wiring
 from .. import config as config_mod
 from ..adapters.dbus_names import BUS_NAME
-from ..errors import ConfigError, GpushiftError, UnknownBackend
+from ..errors import ConfigError, GpushiftError, InvalidArgument, UnknownBackend
 from ..model import OFF, Caller, EventKind, Trigger
 from ..switch import Event, Switcher
 from . import exporter
@@ -160,7 +160,7 @@ class Daemon:
             tz = self.schedule.tz if self.schedule is not None else None
             until = parse_until(str(options["until"]), tz)
             if until <= datetime.now(timezone.utc):
-                raise GpushiftError(f"--until {options['until']!r} is in the past")
+                raise InvalidArgument(f"--until {options['until']!r} is in the past")
         if options.get("when_idle"):
             return self._switch_when_idle(backend, caller, hold, until, reason)
         ticket = self.switcher.request(
