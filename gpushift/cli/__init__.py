@@ -17,6 +17,7 @@ import click
 
 from .. import redact, terminal
 from ..errors import DaemonUnavailable, GpushiftError
+from . import params
 from .output import Paint, painter, say, say_json
 
 _LAZY = {
@@ -236,6 +237,8 @@ def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
             )
         if d.get("reload_error"):
             lines.append(f"reload:   REJECTED, old config in force: {d['reload_error']}")
+        if d.get("override_ignored"):
+            lines.append(f"override: IGNORED, obeying the schedule: {d['override_ignored']}")
     else:
         lines.append(
             f"daemon:   {paint('DOWN')} ({d.get('error', 'not running')}); showing what the CLI can read itself"
@@ -364,8 +367,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("backend")
-@click.option("--reason", default="", help="Why (recorded in the ledger).")
+@click.argument("backend", type=params.BACKEND)
+@click.option("--reason", default="", type=params.REASON, help="Why (recorded in the ledger; one line).")
 @click.option("--no-wait", is_flag=True, help="Queue the switch and print its ticket; do not follow it.")
 @click.option("--now", "skip_drain", is_flag=True, help="Skip the drain: stop the running backend at once.")
 @click.option(
@@ -380,7 +383,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
     "defer_while_busy_s (600 s when unset) later; returns at once.",
 )
 @click.option("--hold", is_flag=True, help="Keep BACKEND until `gpushift resume` (the schedule waits).")
-@click.option("--until", "until", metavar="TIME", help="Keep BACKEND until TIME ('2026-12-01 08:00').")
+@click.option(
+    "--until",
+    "until",
+    metavar="TIME",
+    type=params.UNTIL,
+    help="Keep BACKEND until TIME ('2026-12-01 08:00').",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress goes to stderr).")
 @click.pass_context
 def switch(

@@ -24,7 +24,7 @@ from typing import Any
 from .. import __version__, redact, wiring
 from .. import config as config_mod
 from ..adapters.dbus_names import BUS_NAME
-from ..errors import ConfigError, GpushiftError, UnknownBackend
+from ..errors import ConfigError, GpushiftError, InvalidArgument, UnknownBackend
 from ..model import OFF, Caller, EventKind, Trigger
 from ..switch import Event, Switcher
 from . import exporter
@@ -77,10 +77,15 @@ class Daemon:
 
         self.watcher = BackendWatcher(ports, self.components.bus, self.log)
 
+        self.override_store = JsonOverrideStore(
+            os.path.join(self.config.daemon.state_dir, "override.json"),
+            log=self.log,
+            backends=set(self.config.backends),
+        )
         self.keeper = Keeper(
             self.switcher,
             self.schedule,
-            JsonOverrideStore(os.path.join(self.config.daemon.state_dir, "override.json"), log=self.log),
+            self.override_store,
             now=ports.clock.now,
             monotonic=ports.clock.monotonic,
             log=self.log,
@@ -152,6 +157,7 @@ class Daemon:
             "switch": cur.progress(now) if cur else None,
             "reload_error": self.reload_error,
             "reloaded_at": self.reloaded_at.isoformat() if self.reloaded_at else None,
+            "override_ignored": self.override_store.ignored,  # override.json found unusable at start
         }
         c = self.components
         out = wiring.compose_status(self.config, self.sampler.snapshot(), now, daemon, c.ledger_view())
@@ -170,7 +176,7 @@ class Daemon:
             tz = self.schedule.tz if self.schedule is not None else None
             until = parse_until(str(options["until"]), tz)
             if until <= datetime.now(timezone.utc):
-                raise GpushiftError(f"--until {options['until']!r} is in the past")
+                raise InvalidArgument(f"--until {options['until']!r} is in the past")
         if options.get("when_idle"):
             return self._switch_when_idle(backend, caller, hold, until, reason)
         ticket = self.switcher.request(
