@@ -31,6 +31,13 @@ class ConfigError(GpushiftError):
     dbus_suffix = "InvalidConfig"
 
 
+class InvalidArgs(GpushiftError):
+    """A D-Bus call's arguments are malformed (an unknown option, a value of the wrong type)."""
+
+    code = 2
+    dbus_suffix = "InvalidArgs"
+
+
 class UnknownBackend(GpushiftError):
     code = 3
     dbus_suffix = "UnknownBackend"

@@ -322,10 +322,37 @@ class Keeper:
     # ------------------------------------------------------------ status
 
     def mode(self) -> Mode:
-        with self._lock:
-            if self.schedule is None:
-                return Mode.MANUAL
-            return self.override.mode if self.override is not None else Mode.SCHEDULE
+        """Without the lock (two reference reads): the D-Bus properties and the metrics ask from
+        threads that must never wait on a tick."""
+        schedule, override = self.schedule, self.override
+        if schedule is None:
+            return Mode.MANUAL
+        return override.mode if override is not None else Mode.SCHEDULE
+
+    def next_switch(self) -> tuple[str, datetime] | None:
+        """The next switch the daemon will make by itself: (backend, when), or None.
+
+        None with no schedule, during a hold (or an override without an end), or when the schedule
+        names no other backend ahead.
+        During an override: what the schedule wants once the override ends (at its end, unless the
+        schedule then wants the overriding backend; then the schedule's next change after that).
+        Reads the keeper's fields without its lock, like :meth:`mode`.
+        """
+        schedule, override = self.schedule, self.override
+        if schedule is None or (override is not None and override.mode is Mode.HOLD):
+            return None
+        now = self.now()
+        if override is None:
+            fire = schedule.next_change(now)
+            return (fire.target, fire.at) if fire else None
+        if override.until is None:
+            return None  # an override without an end (no boundary ahead) ends only by a person
+        end = max(override.until, now)
+        wants = schedule.in_effect(end)
+        if wants is not None and wants.target != override.backend:
+            return wants.target, end
+        fire = schedule.next_change(end)
+        return (fire.target, fire.at) if fire else None
 
     def status(self) -> dict[str, Any]:
         with self._lock:
