@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import validate
 from .errors import ConfigError
 from .model import OFF, BackendKind
 
@@ -378,8 +379,9 @@ class _Reader:
             where = f"backends.{name}"
             if name == OFF:
                 raise self.err(where, f"{OFF!r} is reserved (it means: no backend); choose another name")
-            if not name.replace("-", "").replace("_", "").isalnum():
-                raise self.err(where, "backend names may use letters, digits, '-' and '_' only")
+            problem = validate.name_problem(name)
+            if problem is not None:
+                raise self.err(where, f"backend name {validate.shown(name)}: {problem}")
             if not isinstance(bd, dict):
                 raise self.err(where, f"expected a table [{where}]")
             backends[name] = self.backend(name, where, bd)

@@ -31,11 +31,12 @@ class ConfigError(GpushiftError):
     dbus_suffix = "InvalidConfig"
 
 
-class InvalidArgs(GpushiftError):
-    """A D-Bus call's arguments are malformed (an unknown option, a value of the wrong type)."""
+class InvalidArgument(GpushiftError):
+    """An argument from outside (a D-Bus call's, a command line's) breaks its rule: the message
+    names the field and the rule (``gpushift.validate``).  Nothing was changed."""
 
     code = 2
-    dbus_suffix = "InvalidArgs"
+    dbus_suffix = "InvalidArgument"
 
 
 class UnknownBackend(GpushiftError):

@@ -4,7 +4,8 @@ pydbus runs these handlers on the GLib loop thread and replies only when they re
 returns at once: a switch is queued and answered with a ticket; progress and completion arrive as
 signals carrying it.  Expected errors leave under their dotted D-Bus names
 (``org.gpushift.Error.SwitchInProgress``...), made by :mod:`gpushift.adapters.dbus_errors`; every
-method that takes arguments has them checked first by :func:`gpushift.adapters.dbus_args.check`.
+method that takes arguments has them checked by :func:`gpushift.adapters.dbus_args.check` once the
+caller is known, before anything changes.
 
 The read-only properties (``ActiveBackend``, ``Mode``, ...) are the values the daemon computes from
 memory (``Backend.property_values``); :meth:`SwitcherService.announce` computes them and sends the
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import grp
-import json
 import logging
 import os
 import pwd
@@ -185,29 +185,27 @@ class SwitcherService:
     def GetStatus(self) -> str:
         return self._backend.status_json()
 
+    # A switch's arguments are checked (dbus_args.check, with gpushift.validate's rules) after the
+    # caller and before anything changes: a refusal is org.gpushift.Error.InvalidArgument naming
+    # the field.
+
     @_handler
     def Switch(self, backend: str, reason: str, dbus_context: Any = None) -> str:
-        dbus_args.check("Switch", backend, reason)
         caller = self.authorize(dbus_context)
-        return self._announced(self._backend.switch(backend, {"reason": reason}, caller))
+        options = dbus_args.check("Switch", backend, reason)
+        return self._announced(self._backend.switch(backend, options, caller))
 
     @_handler
     def SwitchWithOptions(self, backend: str, options_json: str, dbus_context: Any = None) -> str:
-        dbus_args.check("SwitchWithOptions", backend, options_json)
         caller = self.authorize(dbus_context)
-        try:
-            options = json.loads(options_json) if options_json else {}
-        except ValueError as e:
-            raise GpushiftError(f"options are not valid JSON: {e}") from None
-        if not isinstance(options, dict):
-            raise GpushiftError("options must be a JSON object")
+        options = dbus_args.check("SwitchWithOptions", backend, options_json)
         return self._announced(self._backend.switch(backend, options, caller))
 
     @_handler
     def SwitchTo(self, backend: str, options: dict[str, Any], dbus_context: Any = None) -> str:
-        dbus_args.check("SwitchTo", backend, options)
         caller = self.authorize(dbus_context)
-        return self._announced(self._backend.switch(backend, dbus_args.switch_options(options), caller))
+        checked = dbus_args.check("SwitchTo", backend, options)
+        return self._announced(self._backend.switch(backend, checked, caller))
 
     @_handler
     def Cancel(self, dbus_context: Any = None) -> str:

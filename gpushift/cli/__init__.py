@@ -17,6 +17,7 @@ import click
 
 from .. import redact, terminal
 from ..errors import DaemonUnavailable, GpushiftError
+from . import params
 from .output import Paint, painter, say, say_json
 
 _LAZY = {
@@ -364,8 +365,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("backend")
-@click.option("--reason", default="", help="Why (recorded in the ledger).")
+@click.argument("backend", type=params.BACKEND)
+@click.option("--reason", default="", type=params.REASON, help="Why (recorded in the ledger; one line).")
 @click.option("--no-wait", is_flag=True, help="Queue the switch and print its ticket; do not follow it.")
 @click.option("--now", "skip_drain", is_flag=True, help="Skip the drain: stop the running backend at once.")
 @click.option(
@@ -380,7 +381,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
     "defer_while_busy_s (600 s when unset) later; returns at once.",
 )
 @click.option("--hold", is_flag=True, help="Keep BACKEND until `gpushift resume` (the schedule waits).")
-@click.option("--until", "until", metavar="TIME", help="Keep BACKEND until TIME ('2026-12-01 08:00').")
+@click.option(
+    "--until",
+    "until",
+    metavar="TIME",
+    type=params.UNTIL,
+    help="Keep BACKEND until TIME ('2026-12-01 08:00').",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress goes to stderr).")
 @click.pass_context
 def switch(

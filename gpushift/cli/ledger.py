@@ -17,9 +17,7 @@ config and the ledger package are imported inside the commands.
 from __future__ import annotations
 
 import json
-import re
 import sys
-from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -27,6 +25,9 @@ import click
 from ..errors import GpushiftError, LedgerError
 from ..model import Outcome
 from .output import painter, say, say_json
+from .params import BACKEND, LIMIT, ROW_ID, parse_since
+
+__all__ = ["ledger", "parse_since"]
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -64,41 +65,12 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """``--since``: an ISO date/time (local time unless it has an offset), ``today``,
-    ``yesterday``, or an age such as ``30m``, ``12h``, ``7d``, ``2w``.  Returns an aware instant."""
-    now = now or datetime.now(timezone.utc)
-    t = text.strip().lower()
-    m = re.fullmatch(r"(\d+)\s*([mhdw])", t)
-    if m:
-        n = int(m.group(1))
-        unit = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[m.group(2)]
-        return now - timedelta(**{unit: n})
-    if t in ("today", "yesterday"):
-        local_midnight = now.astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
-        return local_midnight - timedelta(days=1 if t == "yesterday" else 0)
-    s = text.strip()
-    if s.endswith(("Z", "z")):
-        s = s[:-1] + "+00:00"
-    try:
-        dt = datetime.fromisoformat(s)
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: expected a date (2025-03-01), a date and time (2025-03-01T08:00), "
-            f"'today', 'yesterday' or an age (30m, 12h, 7d, 2w)",
-            param_hint="--since",
-        ) from None
-    return dt if dt.tzinfo is not None else dt.astimezone()  # naive: the user's local time
-
-
 # --------------------------------------------------------------------------- the commands
 
 
 @click.group(name="ledger", cls=_LedgerGroup, invoke_without_command=True)
-@click.option(
-    "--limit", "-n", type=click.IntRange(min=1), default=20, show_default=True, help="Rows to show."
-)
-@click.option("--backend", metavar="NAME", help="Only switches to or away from this backend.")
+@click.option("--limit", "-n", type=LIMIT, default=20, show_default=True, help="Rows to show.")
+@click.option("--backend", metavar="NAME", type=BACKEND, help="Only switches to or away from this backend.")
 @click.option(
     "--since", metavar="DATE", help="Only switches started since: 2025-03-01, 2025-03-01T08:00, 7d, 12h."
 )
@@ -139,7 +111,7 @@ def ledger(
 
 
 @ledger.command("show")
-@click.argument("row_id", metavar="ID", type=int)
+@click.argument("row_id", metavar="ID", type=ROW_ID)
 @click.option("--json", "as_json", is_flag=True, help="The full record as JSON.")
 @click.pass_context
 def show(ctx: click.Context, row_id: int, as_json: bool) -> None:
@@ -163,7 +135,7 @@ def show(ctx: click.Context, row_id: int, as_json: bool) -> None:
 
 
 @ledger.command("diff")
-@click.argument("ids", metavar="[ID1 ID2]", nargs=-1, type=int)
+@click.argument("ids", metavar="[ID1 ID2]", nargs=-1, type=ROW_ID)
 @click.option("--json", "as_json", is_flag=True, help="Changes as JSON.")
 @click.pass_context
 def diff(ctx: click.Context, ids: tuple[int, ...], as_json: bool) -> None:

@@ -20,6 +20,7 @@ from gpushift.errors import ConfigError, GpushiftError
 from gpushift.schedule import DEFAULT_SCHEDULE_PATH, Fire, Schedule, Span, load_schedule
 
 from .output import say, say_json
+from .params import parse_from
 
 UTC = timezone.utc
 
@@ -129,18 +130,6 @@ def _echo_spans(sched: Schedule, at: datetime) -> None:
     _table(rows)
 
 
-def _parse_from(text: str, sched: Schedule) -> datetime:
-    try:
-        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a time (expected e.g. '2026-12-01 08:00' in the schedule's zone, "
-            "or ISO 8601 with an offset)",
-            param_hint="--from",
-        ) from None
-    return t.replace(tzinfo=sched.tz) if t.tzinfo is None else t
-
-
 @click.group("schedule", invoke_without_command=True)
 @click.option(
     "--next", "count", type=click.IntRange(1, 10000), default=10, show_default=True, help="How many to list."
@@ -171,7 +160,7 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
         sched = load_schedule(_schedule_path(cfg), backends=cfg.backends.keys())
     except GpushiftError as e:
         _fail(e)
-    at = _parse_from(start, sched) if start else datetime.now(UTC)
+    at = parse_from(start, sched.tz) if start else datetime.now(UTC)
     current = sched.in_effect(at)
     fires = sched.next(at, count)
     previous = current.target if current else None

@@ -24,11 +24,12 @@ from typing import Any
 from .. import __version__, redact, wiring
 from .. import config as config_mod
 from ..adapters.dbus_names import BUS_NAME
-from ..errors import ConfigError, GpushiftError, UnknownBackend
+from ..errors import ConfigError, GpushiftError, InvalidArgument, UnknownBackend
 from ..model import OFF, Caller, EventKind, Trigger
 from ..switch import Event, Switcher
 from . import exporter, properties
 from .clockwork import Clockwork
+from .lookahead import LookAhead
 from .settings import load_schedule_of, parse_until, reloadable, watch_settings
 from .watch import BackendWatcher
 
@@ -87,8 +88,14 @@ class Daemon:
             watch=self.watcher,
             settings=watch_settings(self.config),
         )
+        # Consumers (pre-warm, hooks, notices) register here: docs/design.md "A look-ahead consumer".
+        self.lookahead = LookAhead(self.keeper.coming_switch, ports.clock.now, self.log)
         self.clockwork = Clockwork(
-            self.keeper, lambda: self.config.daemon.reconcile_interval_s, self._reconcile, self.log
+            self.keeper,
+            lambda: self.config.daemon.reconcile_interval_s,
+            self._reconcile,
+            self.log,
+            lookahead=self.lookahead,
         )
 
     def converge(self) -> None:
@@ -153,7 +160,7 @@ class Daemon:
             tz = self.schedule.tz if self.schedule is not None else None
             until = parse_until(str(options["until"]), tz)
             if until <= datetime.now(timezone.utc):
-                raise GpushiftError(f"--until {options['until']!r} is in the past")
+                raise InvalidArgument(f"--until {options['until']!r} is in the past")
         if options.get("when_idle"):
             return self._switch_when_idle(backend, caller, hold, until, reason)
         ticket = self.switcher.request(

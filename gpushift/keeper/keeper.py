@@ -18,6 +18,7 @@ from ..errors import GpushiftError, SwitchInProgress
 from ..model import OFF, Caller, EventKind, Mode, Outcome, OverrideSource, Trigger, UnitState
 from ..schedule import Schedule
 from ..switch import Event, SwitchResult
+from .coming import Coming, coming_switch
 from .decide import (
     Adopt,
     Attempts,
@@ -330,29 +331,10 @@ class Keeper:
         return override.mode if override is not None else Mode.SCHEDULE
 
     def next_switch(self) -> tuple[str, datetime] | None:
-        """The next switch the daemon will make by itself: (backend, when), or None.
-
-        None with no schedule, during a hold (or an override without an end), or when the schedule
-        names no other backend ahead.
-        During an override: what the schedule wants once the override ends (at its end, unless the
-        schedule then wants the overriding backend; then the schedule's next change after that).
-        Reads the keeper's fields without its lock, like :meth:`mode`.
-        """
-        schedule, override = self.schedule, self.override
-        if schedule is None or (override is not None and override.mode is Mode.HOLD):
-            return None
-        now = self.now()
-        if override is None:
-            fire = schedule.next_change(now)
-            return (fire.target, fire.at) if fire else None
-        if override.until is None:
-            return None  # an override without an end (no boundary ahead) ends only by a person
-        end = max(override.until, now)
-        wants = schedule.in_effect(end)
-        if wants is not None and wants.target != override.backend:
-            return wants.target, end
-        fire = schedule.next_change(end)
-        return (fire.target, fire.at) if fire else None
+        """(backend, when) of :meth:`coming_switch`, without the lock, like :meth:`mode`: for the
+        D-Bus properties, read on the loop thread, which must never wait on a tick."""
+        c = coming_switch(self.now(), self.schedule, self.override)
+        return (c.target, c.at) if c is not None else None
 
     def status(self) -> dict[str, Any]:
         with self._lock:
@@ -409,6 +391,12 @@ class Keeper:
                     "last_action": self.last_action,
                 }
             return out
+
+    def coming_switch(self) -> Coming | None:
+        """The next switch to another backend the keeper will make by itself (``keeper/coming.py``):
+        none during a hold, counted from an override's end."""
+        with self._lock:
+            return coming_switch(self.now(), self.schedule, self.override)
 
     def next_wakeup(self) -> datetime | None:
         """When the daemon's timer should fire next: the next boundary, or the override's end."""

@@ -15,7 +15,7 @@ import pytest
 
 from gpushift.adapters import dbus_service
 from gpushift.adapters.client import Client
-from gpushift.errors import InvalidArgs
+from gpushift.errors import InvalidArgument
 from gpushift.model import Caller
 from tests.support import busctl as bc
 
@@ -179,20 +179,20 @@ def test_switch_to_decodes_typed_options(served: tuple[Any, FakeDaemon]) -> None
     bc.call(s.busctl, "SwitchTo", "sa{sv}", "day", "1", "restart", "b", "true")
     assert fake.switches == [
         ("night", {"now": True, "until": "2030-01-01T00:00:00+00:00", "reason": "maintenance window"}),
-        ("day", {"hold": True, "when_idle": False}),
-        ("off", {"until": "2026-12-01 08:00"}),
-        ("day", {"restart": True}),
+        ("day", {"hold": True, "when_idle": False, "reason": ""}),
+        ("off", {"until": "2026-12-01 08:00", "reason": ""}),
+        ("day", {"restart": True, "reason": ""}),
     ]
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["1", "bogus", "b", "true"], "unknown option 'bogus'"),
-        (["1", "now", "s", "yes"], "option 'now' must be a boolean (b)"),
-        (["1", "until", "b", "true"], "option 'until' must be a string (s) or an integer (x)"),
-        (["1", "reason", "i", "7"], "option 'reason' must be a string (s)"),
-        (["2", "hold", "b", "true", "until", "x", "1893456000"], "'hold' and 'until' exclude each other"),
+        (["1", "bogus", "b", "true"], "option 'bogus': unknown"),
+        (["1", "now", "s", "yes"], "option now: expected a boolean (b)"),
+        (["1", "until", "b", "true"], "option until: expected a string (s) or an integer (x)"),
+        (["1", "reason", "i", "7"], "option reason: expected a string (s)"),
+        (["2", "hold", "b", "true", "until", "x", "1893456000"], "hold and until exclude each other"),
         (["1", "until", "x", "99999999999999999"], "is not a time in UNIX seconds"),
     ],
 )
@@ -214,9 +214,9 @@ def test_a_refusal_carries_the_invalid_args_error_name(
     proxy = client._proxy()
     from gi.repository import GLib
 
-    with pytest.raises(GLib.Error, match=r"org\.gpushift\.Error\.InvalidArgs: unknown option 'nope'"):
+    with pytest.raises(GLib.Error, match=r"org\.gpushift\.Error\.InvalidArgument: option 'nope': unknown"):
         proxy.SwitchTo("night", {"nope": GLib.Variant("b", True)})
-    with pytest.raises(InvalidArgs, match="backend must not be empty"):
+    with pytest.raises(InvalidArgument, match="backend"):
         client.switch("", {"reason": ""}, wait=False)
     assert fake.switches == []
 
