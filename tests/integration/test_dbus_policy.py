@@ -387,7 +387,7 @@ def test_policy_member_may_call_switch_to(system_bus: PolicyBus, as_member: list
     got = system_bus.probe("SwitchTo", "alpha", prefix=as_member)
     assert got["ok"], got
     assert [(c["method"], c["backend"], c["uid"], c["options"]) for c in system_bus.calls()] == [
-        ("switch", "alpha", NOBODY, {})
+        ("switch", "alpha", NOBODY, {"reason": ""})
     ]
 
 

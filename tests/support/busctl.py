@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpushift.adapters.dbus_names import BUS_NAME, INTERFACE, OBJECT_PATH
@@ -31,27 +31,42 @@ def require() -> str:
 
 
 def busctl(
-    bus: Sequence[str], *args: str, check: bool = True, timeout_s: float = 30
+    bus: Sequence[str],
+    *args: str,
+    check: bool = True,
+    timeout_s: float = 30,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``busctl <bus> <args>``; ``bus`` is e.g. ``["--address=unix:path=..."]`` or ``["--user"]``."""
+    """``busctl <bus> <args>``; ``bus`` is e.g. ``["--address=unix:path=..."]`` or ``["--user"]``
+    (then ``env`` names the user bus: ``$DBUS_SESSION_BUS_ADDRESS``, ``$XDG_RUNTIME_DIR``)."""
     r = subprocess.run(
-        [require(), *bus, *args], capture_output=True, text=True, timeout=timeout_s, check=False
+        [require(), *bus, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        env=dict(env) if env is not None else None,
     )
     if check and r.returncode != 0:
         raise AssertionError(f"busctl {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
     return r
 
 
-def get_property(bus: Sequence[str], name: str) -> str:
+def get_property(bus: Sequence[str], name: str, env: Mapping[str, str] | None = None) -> str:
     """The property as busctl prints it (``s "day"``, ``(st) "night" 1764619200``)."""
-    return busctl(bus, "get-property", BUS_NAME, OBJECT_PATH, INTERFACE, name).stdout.strip()
+    return busctl(bus, "get-property", BUS_NAME, OBJECT_PATH, INTERFACE, name, env=env).stdout.strip()
 
 
 def call(
-    bus: Sequence[str], member: str, signature: str = "", *args: str, check: bool = True
+    bus: Sequence[str],
+    member: str,
+    signature: str = "",
+    *args: str,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     sig = [signature, *args] if signature else []
-    return busctl(bus, "call", BUS_NAME, OBJECT_PATH, INTERFACE, member, *sig, check=check)
+    return busctl(bus, "call", BUS_NAME, OBJECT_PATH, INTERFACE, member, *sig, check=check, env=env)
 
 
 def _plain(value: Any) -> Any:
@@ -83,8 +98,9 @@ def _longer_than(count: int, messages: list[dict[str, Any]]) -> bool:
 class Monitor:
     """``busctl monitor`` in the background, from :meth:`start` until :meth:`stop` (ended by PID)."""
 
-    def __init__(self, bus: Sequence[str]) -> None:
+    def __init__(self, bus: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         self.bus = list(bus)
+        self.env = dict(env) if env is not None else None
         self.messages: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[str] | None = None
@@ -98,6 +114,7 @@ class Monitor:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=self.env,
         )
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
