@@ -18,6 +18,7 @@ from typing import Any
 
 from . import validate
 from .errors import ConfigError
+from .hookconfig import HooksConfig, NotifyConfig, read_hooks, read_notify
 from .model import OFF, BackendKind
 
 if sys.version_info >= (3, 11):
@@ -130,6 +131,8 @@ class Config:
     gpu: GpuConfig
     backends: Mapping[str, BackendConfig] = field(default_factory=dict)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    hooks: HooksConfig = field(default_factory=HooksConfig)  # hookconfig.py
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
     def backend(self, name: str) -> BackendConfig:
         return self.backends[name]
@@ -333,7 +336,7 @@ class _Reader:
         return v
 
     def config(self, data: Mapping[str, Any]) -> Config:
-        self.no_unknown(data, "", {"daemon", "gpu", "backends", "metrics"})
+        self.no_unknown(data, "", {"daemon", "gpu", "backends", "metrics", "hooks", "notify"})
         d = self.table(data, "daemon")
         self.no_unknown(d, "daemon", set(DaemonConfig.__dataclass_fields__))
         daemon = DaemonConfig(
@@ -399,7 +402,15 @@ class _Reader:
                             f"backends.{be.name}.gpus",
                             f"GPU {i} does not exist on the simulated host of {gpu.simulated_gpus} GPUs",
                         )
-        return Config(path=self.path, daemon=daemon, gpu=gpu, backends=backends, metrics=self.metrics(data))
+        return Config(
+            path=self.path,
+            daemon=daemon,
+            gpu=gpu,
+            backends=backends,
+            metrics=self.metrics(data),
+            hooks=read_hooks(self, data),
+            notify=read_notify(self, data),
+        )
 
     def metrics(self, data: Mapping[str, Any]) -> MetricsConfig:
         m = self.table(data, "metrics")
