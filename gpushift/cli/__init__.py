@@ -237,6 +237,8 @@ def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
             )
         if d.get("reload_error"):
             lines.append(f"reload:   REJECTED, old config in force: {d['reload_error']}")
+        if d.get("override_ignored"):
+            lines.append(f"override: IGNORED, obeying the schedule: {d['override_ignored']}")
     else:
         lines.append(
             f"daemon:   {paint('DOWN')} ({d.get('error', 'not running')}); showing what the CLI can read itself"
