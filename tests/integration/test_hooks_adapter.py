@@ -59,12 +59,22 @@ def runner(bus: Any, place: Path) -> SystemdHookRunner:
     return SystemdHookRunner(SystemdUnits(bus), str(place / "run"))
 
 
+def collected(sandbox: Any, unit: str, wait_for: Any) -> None:
+    """Released and garbage-collected: systemd has forgotten the unit (no failed unit is left)."""
+    wait_for(
+        lambda: sandbox.show(unit, "LoadState")["LoadState"] == "not-found",
+        10,
+        f"{unit} to be collected",
+        lambda: str(sandbox.show(unit, "LoadState", "ActiveState", "Result")),
+    )
+
+
 def spec(name: str, argv: list[str], timeout_s: float = 30.0, **env: str) -> HookSpec:
     return HookSpec(name, tuple(argv), {"GPUSHIFT_EVENT": "after_ready", **env}, "nobody", timeout_s)
 
 
 def test_a_hook_runs_as_the_configured_user_with_its_argv_as_written_and_its_environment(
-    sandbox: Any, runner: SystemdHookRunner, place: Path
+    sandbox: Any, runner: SystemdHookRunner, place: Path, wait_for: Any
 ) -> None:
     beats: list[float] = []
     s = spec(
@@ -84,11 +94,11 @@ def test_a_hook_runs_as_the_configured_user_with_its_argv_as_written_and_its_env
     assert beats, "the heartbeat was not called while the hook ran"
     assert os.listdir(place / "run" / "hooks") == [], "the output file was not deleted"
     # Released and collected: no unit is left loaded.
-    assert sandbox.show(s.name, "LoadState")["LoadState"] == "not-found"
+    collected(sandbox, s.name, wait_for)
 
 
 def test_a_non_zero_exit_is_its_status_and_its_output_is_kept(
-    sandbox: Any, runner: SystemdHookRunner, place: Path
+    sandbox: Any, runner: SystemdHookRunner, place: Path, wait_for: Any
 ) -> None:
     script = place / "fails"
     script.write_text("#!/bin/sh\necho 'batch job 4411 still running'\nexit 7\n")
@@ -97,11 +107,11 @@ def test_a_non_zero_exit_is_its_status_and_its_output_is_kept(
     assert (out.result, out.exit_status, out.ok) == ("exit-code", 7, False), out
     assert out.output.strip() == "batch job 4411 still running"
     assert out.describe() == "exit status 7"
-    assert sandbox.show(out.unit, "LoadState")["LoadState"] == "not-found"
+    collected(sandbox, out.unit, wait_for)
 
 
 def test_a_hook_past_its_timeout_is_killed_and_says_timeout(
-    sandbox: Any, runner: SystemdHookRunner, place: Path
+    sandbox: Any, runner: SystemdHookRunner, place: Path, wait_for: Any
 ) -> None:
     script = place / "slow"
     script.write_text(f"#!/bin/sh\necho started\nexec sleep 60 # {place}\n")
@@ -113,7 +123,7 @@ def test_a_hook_past_its_timeout_is_killed_and_says_timeout(
     assert out.result == "timeout" and not out.ok, out
     assert time.monotonic() - t0 < 30
     assert "started" in out.output
-    assert sandbox.show(out.unit, "LoadState")["LoadState"] == "not-found"
+    collected(sandbox, out.unit, wait_for)
 
 
 def test_a_cancel_stops_a_running_hook(
@@ -128,15 +138,14 @@ def test_a_cancel_stops_a_running_hook(
     out = runner.run(spec("gpushift-hook-before-stop-t4.service", [str(script)]), cancel.is_set, lambda: None)
     assert out.result == "cancelled" and not out.ok, out
     assert time.monotonic() - t0 < 30
-    wait_for(lambda: sandbox.show(out.unit, "LoadState")["LoadState"] == "not-found", 10, "the unit to be collected",
-             lambda: str(sandbox.show(out.unit, "LoadState", "ActiveState", "Job", "Refs")))  # fmt: skip
+    collected(sandbox, out.unit, wait_for)
 
 
 def test_a_program_that_cannot_be_run_fails_the_hook_and_leaves_nothing(
-    sandbox: Any, runner: SystemdHookRunner, place: Path
+    sandbox: Any, runner: SystemdHookRunner, place: Path, wait_for: Any
 ) -> None:
     out = runner.run(
         spec("gpushift-hook-on-failure-t5.service", [str(place / "missing")]), lambda: False, lambda: None
     )
     assert not out.ok and out.result == "exit-code" and out.exit_status == 203, out  # 203/EXEC
-    assert sandbox.show(out.unit, "LoadState")["LoadState"] == "not-found"
+    collected(sandbox, out.unit, wait_for)
