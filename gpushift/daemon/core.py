@@ -27,9 +27,10 @@ from ..adapters.dbus_names import BUS_NAME
 from ..errors import ConfigError, GpushiftError, InvalidArgument, UnknownBackend
 from ..model import OFF, Caller, EventKind, Trigger
 from ..switch import Event, Switcher
-from . import exporter
+from . import exporter, properties
 from .clockwork import Clockwork
 from .lookahead import LookAhead
+from .prewarming import Prewarming
 from .settings import load_schedule_of, parse_until, reloadable, watch_settings
 from .watch import BackendWatcher
 
@@ -95,6 +96,11 @@ class Daemon:
         )
         # Consumers (pre-warm, hooks, notices) register here: docs/design.md "A look-ahead consumer".
         self.lookahead = LookAhead(self.keeper.coming_switch, ports.clock.now, self.log)
+        self.prewarming = Prewarming(
+            lambda: self.config, ports.units, self.log, switching_to=self._switching_to
+        )
+        self.lookahead.add(self.prewarming.consumer())
+        self.switcher.preflight.row_facts.append(self.prewarming.row_facts)
         self.clockwork = Clockwork(
             self.keeper,
             lambda: self.config.daemon.reconcile_interval_s,
@@ -102,6 +108,10 @@ class Daemon:
             self.log,
             lookahead=self.lookahead,
         )
+
+    def _switching_to(self) -> str | None:
+        cur = self.switcher.current()
+        return cur.target if cur is not None else None
 
     def converge(self) -> None:
         """At start, before the first decision: recover from a switch the previous daemon did not
@@ -221,6 +231,10 @@ class Daemon:
     def reload(self, caller: Caller) -> str:
         return self._reload(f"requested by {caller.user}")
 
+    def property_values(self) -> dict[str, Any]:
+        """The D-Bus properties, from memory (gpushift/daemon/properties.py)."""
+        return properties.values(properties.sources(self))
+
     # ------------------------------------------------------------ events → signals
 
     def _on_event(self, ev: Event) -> None:
@@ -244,6 +258,7 @@ class Daemon:
                 self._manual_tickets.discard(ev.ticket)
                 self._update_status_line()
                 self.clockwork.tick(Trigger.RECONCILE)
+            svc.announce()  # the properties this event changed, right after its signal
             return False
 
         GLib.idle_add(emit)
@@ -371,6 +386,7 @@ class Daemon:
             return 1
         self.metrics = exporter.start(self)  # /metrics and the textfile, on threads of their own
         self._loop = GLib.MainLoop()
+        GLib.timeout_add(1000, self._service.announce)  # property changes no event announced
         self.watcher.start_jobwatch()
         self.watcher.keep_units_loaded(self.config)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGTERM, self._quit)
@@ -402,6 +418,7 @@ class Daemon:
             self.metrics.stop()
         self.sampler.stop()
         self.clockwork.stop()
+        self.prewarming.stop()  # end the pre-warm readers this daemon started
         self.notify.stopping()
         self.log.info("daemon_stopping", detail="backends are left as they are")
         return 0
