@@ -49,9 +49,9 @@ _JSON_MEMBER = re.compile(
     r"""(["'])([A-Za-z0-9_.-]+)\1(\s*:\s*)(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\[[^\]]*\])"""
 )
 # An argv printed as a list: '--api-key', 's3cret'
-# The value is a lookahead, so it is not consumed: in '-a', '--api-key', 's3cret' the option "-a"
-# must not swallow "--api-key" (which is itself an option followed by its value).
-_LISTED = re.compile(r"""(["'])(--?[A-Za-z][\w.-]*)\1(\s*,\s*)(?=(["'])((?:(?!\4)[^\\]|\\.)*)\4)""")
+# The value is in a lookahead: an option whose value is another option (``"-a", "--api-key", "x"``)
+# must not swallow it, or that option's own value would be missed (a property test found it).
+_LISTED = re.compile(r"""(["'])(--?[A-Za-z][\w.-]*)\1(?=(\s*,\s*)(["'])((?:(?!\4)[^\\]|\\.)*)\4)""")
 _AUTH = re.compile(r"(?ia)\b(bearer|basic)([ \t]+)[A-Za-z0-9._~+/=-]{6,}")
 # What any credential the rules below hide has in its lower-cased text: a secret-looking name, a
 # URL's "@", an Authorization scheme.  (A superset: "monkey" has one too; it only costs the walk.)
@@ -95,6 +95,17 @@ def hide(value: str, how: How = "mask") -> str:
 def redact_url(text: str) -> str:
     """``scheme://user:pass@host`` → ``scheme://***@host``, anywhere in ``text``."""
     return _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text) if "@" in text else text
+
+
+def url_origin(url: str) -> str:
+    """A URL as it may be shown: scheme and host (and port) only, the rest masked —
+    ``https://bot:pw@chat.example/hooks/T0KEN`` → ``https://chat.example/***``.  The path of a
+    chat's incoming webhook is its credential, and user:password never shows."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return MASK
+    host = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rpartition("@")[2]
+    return f"{scheme}://{host}/{MASK}"
 
 
 def redact_argv(argv: Sequence[str], how: How = "mask") -> list[str]:
@@ -157,16 +168,15 @@ def _mask_member(m: re.Match[str]) -> str:
 
 
 def _mask_listed(text: str) -> str:
-    """Every secret-named option's value in an argv printed as a list, masked."""
-    spans = [
-        m.span(5) for m in _LISTED.finditer(text) if is_secret_name(m.group(2)) and not is_hidden(m.group(5))
-    ]
-    if not spans:
-        return text
-    out, pos = [], 0
-    for start, end in spans:
-        out += [text[pos:start], MASK]
-        pos = end
+    """An argv printed as a list (``["--api-key", "x"]``, ``['--token', 'x']``): each value after a
+    secret-looking option masked."""
+    out: list[str] = []
+    pos = 0
+    for m in _LISTED.finditer(text):
+        if m.start() < pos or not is_secret_name(m.group(2)) or is_hidden(m.group(5)):
+            continue
+        out += [text[pos : m.start(5)], MASK]
+        pos = m.end(5)
     return "".join(out) + text[pos:]
 
 
