@@ -64,6 +64,7 @@ _SERVICE_KEYS = frozenset({
     "TimeoutStopUSec", "ExecMainStartTimestamp", "ExecMainCode", "ExecMainStatus", "NRestarts",
 })  # fmt: skip
 _EXIT_KEYS = frozenset({"InactiveExitTimestampMonotonic"})
+_TRANSIENT_KEYS = frozenset({"Result", "ExecMainCode", "ExecMainStatus"})  # fmt: skip
 
 
 class _JobWaiter:
@@ -521,11 +522,11 @@ class SystemdUnits:
         deadline = time.monotonic() + _TRANSIENT_STOP_S
         while True:
             beat()
-            unit = self._get_all(path, UNIT_IFACE, name)
+            unit = self._get_all(path, UNIT_IFACE, name, frozenset({"ActiveState"}))
             if str(unit.get("ActiveState")) in ("inactive", "failed") or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
-        svc = self._get_all(path, SERVICE_IFACE, name)
+        svc = self._get_all(path, SERVICE_IFACE, name, _TRANSIENT_KEYS)
         try:
             self._bus.get(SYSTEMD_BUS_NAME, path)[UNIT_IFACE].Unref(timeout=self._call_timeout_s)
         except Exception as e:
