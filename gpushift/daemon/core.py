@@ -333,12 +333,15 @@ class Daemon:
         try:
             new = config_mod.load(self.config_path)
             new_schedule = load_schedule_of(new)
-            reloadable(self.config, new)
+            applied = reloadable(self.config, new)
         except ConfigError as e:
             self.reload_error = str(e)
             self.log.error("reload_rejected", error=str(e), detail="the old config stays in force")
             self.notify.ready()
             raise
+        from .. import logs
+
+        logs.set_level(new.daemon.log_level)
         self.config = new
         self.components.config = new
         self.switcher.reconfigure(new)
@@ -351,12 +354,13 @@ class Daemon:
         self.watcher.keep_units_loaded(new)
         self.reload_error = None
         self.reloaded_at = datetime.now(timezone.utc)
-        self.log.info("reloaded", why=why, config=self.config_path)
+        self.log.info("reloaded", why=why, config=self.config_path, applied=applied)
         self.notify.ready()
         self.clockwork.tick(Trigger.RECONCILE)
         self._update_status_line()
         where = f" and {new_schedule.path}" if new_schedule else ""
-        return f"reloaded {self.config_path}{where}"
+        keys = f"; applied: {', '.join(applied)}" if applied else "; no key changed"
+        return f"reloaded {self.config_path}{where}{keys}"
 
     def _watchdog(self) -> bool:
         """Runs on the loop thread (so the loop is alive); also proves the switch worker is."""
