@@ -101,4 +101,6 @@ def test_log_level_is_applied_live() -> None:
         events = [json.loads(line)["event"] for line in out.getvalue().splitlines()]
         assert events == ["after"]
     finally:
-        logs.set_level("info")
+        import structlog
+
+        structlog.reset_defaults()
