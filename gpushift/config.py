@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import validate
 from .errors import ConfigError
+from .hookconfig import HooksConfig, NotifyConfig, read_hooks, read_notify
 from .model import OFF, BackendKind
 
 if sys.version_info >= (3, 11):
@@ -129,6 +131,8 @@ class Config:
     gpu: GpuConfig
     backends: Mapping[str, BackendConfig] = field(default_factory=dict)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    hooks: HooksConfig = field(default_factory=HooksConfig)  # hookconfig.py
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
     def backend(self, name: str) -> BackendConfig:
         return self.backends[name]
@@ -332,7 +336,7 @@ class _Reader:
         return v
 
     def config(self, data: Mapping[str, Any]) -> Config:
-        self.no_unknown(data, "", {"daemon", "gpu", "backends", "metrics"})
+        self.no_unknown(data, "", {"daemon", "gpu", "backends", "metrics", "hooks", "notify"})
         d = self.table(data, "daemon")
         self.no_unknown(d, "daemon", set(DaemonConfig.__dataclass_fields__))
         daemon = DaemonConfig(
@@ -378,8 +382,9 @@ class _Reader:
             where = f"backends.{name}"
             if name == OFF:
                 raise self.err(where, f"{OFF!r} is reserved (it means: no backend); choose another name")
-            if not name.replace("-", "").replace("_", "").isalnum():
-                raise self.err(where, "backend names may use letters, digits, '-' and '_' only")
+            problem = validate.name_problem(name)
+            if problem is not None:
+                raise self.err(where, f"backend name {validate.shown(name)}: {problem}")
             if not isinstance(bd, dict):
                 raise self.err(where, f"expected a table [{where}]")
             backends[name] = self.backend(name, where, bd)
@@ -397,7 +402,15 @@ class _Reader:
                             f"backends.{be.name}.gpus",
                             f"GPU {i} does not exist on the simulated host of {gpu.simulated_gpus} GPUs",
                         )
-        return Config(path=self.path, daemon=daemon, gpu=gpu, backends=backends, metrics=self.metrics(data))
+        return Config(
+            path=self.path,
+            daemon=daemon,
+            gpu=gpu,
+            backends=backends,
+            metrics=self.metrics(data),
+            hooks=read_hooks(self, data),
+            notify=read_notify(self, data),
+        )
 
     def metrics(self, data: Mapping[str, Any]) -> MetricsConfig:
         m = self.table(data, "metrics")

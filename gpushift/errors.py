@@ -31,6 +31,14 @@ class ConfigError(GpushiftError):
     dbus_suffix = "InvalidConfig"
 
 
+class InvalidArgument(GpushiftError):
+    """An argument from outside (a D-Bus call's, a command line's) breaks its rule: the message
+    names the field and the rule (``gpushift.validate``).  Nothing was changed."""
+
+    code = 2
+    dbus_suffix = "InvalidArgument"
+
+
 class UnknownBackend(GpushiftError):
     code = 3
     dbus_suffix = "UnknownBackend"

@@ -101,6 +101,15 @@ class BackendKind(StrEnum):
     LLAMA_SERVER = "llama-server"
 
 
+class HookEvent(StrEnum):
+    """When a configured hook runs (``[hooks]``, docs/hooks.md)."""
+
+    BEFORE_STOP = "before_stop"  # after the intent row, before anything is stopped (may refuse)
+    AFTER_READY = "after_ready"  # the target answered its warm-up, before the row is closed
+    ON_FAILURE = "on_failure"  # a switch ended failed, rolled back or refused
+    BEFORE_BOUNDARY = "before_boundary"  # lead_s before a scheduled switch (the look-ahead)
+
+
 class EventKind(StrEnum):
     """What a switch listener hears: a phase's progress, or the end."""
 

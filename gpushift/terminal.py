@@ -25,8 +25,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .validate import FORMAT_CHARS as _FORMAT
+
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
-_FORMAT = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_FORMAT}\ud800-\udfff]")
 _UNSAFE_KEEP_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{_FORMAT}\ud800-\udfff]")
 # In JSON text, json.dumps has escaped C0 already; what it leaves raw with ensure_ascii=False:

@@ -95,6 +95,7 @@ def command_section(cmd: click.Command, ctx: click.Context) -> list[str]:
 EXIT_MEANING = {
     "GpushiftError": "any other failure (check: the preflight found an error)",
     "ConfigError": "invalid config or schedule",
+    "InvalidArgument": "an invalid argument (the message names it; nothing was changed)",
     "UnknownBackend": "unknown backend",
     "SwitchInProgress": "a switch is already running",
     "AccessDenied": "access denied (neither root nor a member of group gpushift)",

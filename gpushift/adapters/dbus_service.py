@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import grp
-import json
 import logging
 import os
 import pwd
@@ -20,6 +19,7 @@ from typing import Any, Protocol
 
 from pydbus.generic import signal
 
+from .. import validate
 from ..errors import AccessDenied, GpushiftError
 from ..model import Caller
 from . import dbus_errors
@@ -116,20 +116,19 @@ class SwitcherService:
     def GetStatus(self) -> str:
         return self._backend.status_json()
 
+    # A switch's arguments are checked (gpushift.validate) after the caller and before anything
+    # changes: a refusal is org.gpushift.Error.InvalidArgument naming the field.
+
     @_handler
     def Switch(self, backend: str, reason: str, dbus_context: Any = None) -> str:
         caller = self.authorize(dbus_context)
-        return self._backend.switch(backend, {"reason": reason}, caller)
+        options = validate.switch_request(backend, {"reason": reason})
+        return self._backend.switch(backend, options, caller)
 
     @_handler
     def SwitchWithOptions(self, backend: str, options_json: str, dbus_context: Any = None) -> str:
         caller = self.authorize(dbus_context)
-        try:
-            options = json.loads(options_json) if options_json else {}
-        except ValueError as e:
-            raise GpushiftError(f"options are not valid JSON: {e}") from None
-        if not isinstance(options, dict):
-            raise GpushiftError("options must be a JSON object")
+        options = validate.switch_request(backend, validate.options_json(options_json))
         return self._backend.switch(backend, options, caller)
 
     @_handler

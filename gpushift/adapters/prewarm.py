@@ -222,6 +222,11 @@ class PrewarmJob:
             return not self._reader.is_alive()
         return True
 
+    @property
+    def pid(self) -> int | None:
+        """The reader process's PID (None before :meth:`start`)."""
+        return self._proc.pid if self._proc is not None else None
+
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
@@ -245,7 +250,7 @@ class PrewarmJob:
             out.update(self.total)
         elif self.running():
             out["state"] = "still reading"
-        out["files"] = self.files
+        out["per_file"] = self.files  # one dict per path (bytes, cached_before, seconds, or skipped)
         return out
 
 

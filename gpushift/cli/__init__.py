@@ -15,8 +15,9 @@ from typing import Any
 
 import click
 
-from .. import __version__, redact, terminal
+from .. import redact, terminal
 from ..errors import DaemonUnavailable, GpushiftError
+from . import params
 from .output import Paint, painter, say, say_json
 
 _LAZY = {
@@ -103,6 +104,15 @@ def _bus_kind(ctx: click.Context) -> str:
             return "system"
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from .version import lines
+
+    say("\n".join(lines()))
+    ctx.exit(0)
+
+
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
@@ -111,7 +121,14 @@ def _bus_kind(ctx: click.Context) -> str:
     envvar="GPUSHIFT_CONFIG",
     help="Config file (default /etc/gpushift/gpushift.toml; env GPUSHIFT_CONFIG).",
 )
-@click.version_option(__version__, prog_name="gpushift")
+@click.option(
+    "--version",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_print_version,
+    help="Show the versions of gpushift, Python, its dependencies and the NVIDIA driver, and exit.",
+)
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
     """gpushift time-shares one GPU host between inference servers.
@@ -121,11 +138,13 @@ def main(ctx: click.Context, config_path: str | None) -> None:
     next unit, waits until it answers its health URL, and records the launch in a ledger.
 
     \b
-    Typical use:
-      gpushift status                 what runs, GPU memory and holders, last switch
-      gpushift switch llama           switch now (live progress; exit 0 when ready)
-      gpushift switch off             stop every backend, leave the GPUs free
-      gpushift ledger                 every launch, newest first
+    Examples:
+      gpushift status                 # what runs, GPU memory and holders, last switch
+      gpushift switch llama           # switch now (live progress; exit 0 when ready)
+      gpushift switch off             # stop every backend, leave the GPUs free
+      gpushift ledger                 # every launch, newest first
+      gpushift --version              # gpushift, Python, dependencies, NVIDIA driver
+      gpushift --config ./gpushift.toml check
     """
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
@@ -134,7 +153,13 @@ def main(ctx: click.Context, config_path: str | None) -> None:
 @main.command()
 @click.pass_context
 def daemon(ctx: click.Context) -> None:
-    """Run the daemon in the foreground (what units/gpushift.service runs)."""
+    """Run the daemon in the foreground (what units/gpushift.service runs).
+
+    \b
+    Examples:
+      gpushift daemon                 # as systemd runs it (ExecStart=)
+      gpushift --config ./test.toml daemon
+    """
     from ..daemon import main as daemon_main
 
     sys.exit(daemon_main(ctx.obj["config_path"]))
@@ -212,6 +237,8 @@ def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
             )
         if d.get("reload_error"):
             lines.append(f"reload:   REJECTED, old config in force: {d['reload_error']}")
+        if d.get("override_ignored"):
+            lines.append(f"override: IGNORED, obeying the schedule: {d['override_ignored']}")
     else:
         lines.append(
             f"daemon:   {paint('DOWN')} ({d.get('error', 'not running')}); showing what the CLI can read itself"
@@ -310,6 +337,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
     When the daemon is down, shows what the CLI can read itself (units, GPUs, ledger) and says so.
     Exit status 0 when the daemon runs, 6 when it is down.
+
+    \b
+    Examples:
+      gpushift status
+      gpushift status --json          # one JSON object, for scripts
     """
     try:
         cfg = _config(ctx)
@@ -335,8 +367,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("backend")
-@click.option("--reason", default="", help="Why (recorded in the ledger).")
+@click.argument("backend", type=params.BACKEND)
+@click.option("--reason", default="", type=params.REASON, help="Why (recorded in the ledger; one line).")
 @click.option("--no-wait", is_flag=True, help="Queue the switch and print its ticket; do not follow it.")
 @click.option("--now", "skip_drain", is_flag=True, help="Skip the drain: stop the running backend at once.")
 @click.option(
@@ -351,7 +383,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
     "defer_while_busy_s (600 s when unset) later; returns at once.",
 )
 @click.option("--hold", is_flag=True, help="Keep BACKEND until `gpushift resume` (the schedule waits).")
-@click.option("--until", "until", metavar="TIME", help="Keep BACKEND until TIME ('2026-12-01 08:00').")
+@click.option(
+    "--until",
+    "until",
+    metavar="TIME",
+    type=params.UNTIL,
+    help="Keep BACKEND until TIME ('2026-12-01 08:00').",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress goes to stderr).")
 @click.pass_context
 def switch(
@@ -370,6 +408,16 @@ def switch(
 
     Prints one line per phase with elapsed seconds; exits 0 when BACKEND answers its health URL,
     non-zero with a one-line reason otherwise.  A switch to the active backend says so and exits 0.
+
+    \b
+    Examples:
+      gpushift switch llama --reason "nightly eval"
+      gpushift switch vllm --now      # skip the drain of in-flight requests
+      gpushift switch llama --hold    # keep llama until `gpushift resume`
+      gpushift switch llama --until "2026-12-01 08:00"
+      gpushift switch vllm --restart  # relaunch the serving backend through the gate
+      gpushift switch llama --when-idle
+      gpushift switch off --no-wait   # print the ticket and return
     """
     from ..adapters.client import Client
 
@@ -439,7 +487,12 @@ def switch(
 @main.command()
 @click.pass_context
 def cancel(ctx: click.Context) -> None:
-    """Abort the switch in progress (the failure policy then applies: rollback or stay)."""
+    """Abort the switch in progress (the failure policy then applies: rollback or stay).
+
+    \b
+    Examples:
+      gpushift cancel
+    """
     from ..adapters.client import Client
 
     try:
@@ -453,7 +506,12 @@ def cancel(ctx: click.Context) -> None:
 @main.command()
 @click.pass_context
 def resume(ctx: click.Context) -> None:
-    """Drop a manual override and obey the schedule again at once (switching if needed)."""
+    """Drop a manual override and obey the schedule again at once (switching if needed).
+
+    \b
+    Examples:
+      gpushift resume
+    """
     from ..adapters.client import Client
 
     try:
@@ -468,6 +526,10 @@ def reload(ctx: click.Context) -> None:
     """Make the daemon re-read config and schedule; waits until done (systemd's ExecReload=).
 
     An invalid file is rejected, the old one stays in force, and this exits non-zero.
+
+    \b
+    Examples:
+      gpushift reload                 # what `systemctl reload gpushift` runs
     """
     from ..adapters.client import Client
 

@@ -141,6 +141,11 @@ def check(ctx: click.Context, as_json: bool) -> None:
     tensor-parallel ranks than GPUs, --split-mode none on several GPUs, missing model files, ECC
     errors, an unpinned version, port clashes, unit settings that let processes outlive a stop.
     Exit status 0 when there is no error, 1 otherwise (2: the config itself is invalid).
+
+    \b
+    Examples:
+      gpushift check
+      gpushift check --json           # one JSON object with stable keys
     """
     # The units' ExecStart= and the findings quote command lines: credentials masked in both outputs.
     report = redact.redact_tree(_collect(ctx.obj.get("config_path") if ctx.obj else None))

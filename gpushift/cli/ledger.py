@@ -17,9 +17,7 @@ config and the ledger package are imported inside the commands.
 from __future__ import annotations
 
 import json
-import re
 import sys
-from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -27,6 +25,9 @@ import click
 from ..errors import GpushiftError, LedgerError
 from ..model import Outcome
 from .output import painter, say, say_json
+from .params import BACKEND, LIMIT, ROW_ID, parse_since
+
+__all__ = ["ledger", "parse_since"]
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -64,41 +65,12 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """``--since``: an ISO date/time (local time unless it has an offset), ``today``,
-    ``yesterday``, or an age such as ``30m``, ``12h``, ``7d``, ``2w``.  Returns an aware instant."""
-    now = now or datetime.now(timezone.utc)
-    t = text.strip().lower()
-    m = re.fullmatch(r"(\d+)\s*([mhdw])", t)
-    if m:
-        n = int(m.group(1))
-        unit = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[m.group(2)]
-        return now - timedelta(**{unit: n})
-    if t in ("today", "yesterday"):
-        local_midnight = now.astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
-        return local_midnight - timedelta(days=1 if t == "yesterday" else 0)
-    s = text.strip()
-    if s.endswith(("Z", "z")):
-        s = s[:-1] + "+00:00"
-    try:
-        dt = datetime.fromisoformat(s)
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: expected a date (2025-03-01), a date and time (2025-03-01T08:00), "
-            f"'today', 'yesterday' or an age (30m, 12h, 7d, 2w)",
-            param_hint="--since",
-        ) from None
-    return dt if dt.tzinfo is not None else dt.astimezone()  # naive: the user's local time
-
-
 # --------------------------------------------------------------------------- the commands
 
 
 @click.group(name="ledger", cls=_LedgerGroup, invoke_without_command=True)
-@click.option(
-    "--limit", "-n", type=click.IntRange(min=1), default=20, show_default=True, help="Rows to show."
-)
-@click.option("--backend", metavar="NAME", help="Only switches to or away from this backend.")
+@click.option("--limit", "-n", type=LIMIT, default=20, show_default=True, help="Rows to show.")
+@click.option("--backend", metavar="NAME", type=BACKEND, help="Only switches to or away from this backend.")
 @click.option(
     "--since", metavar="DATE", help="Only switches started since: 2025-03-01, 2025-03-01T08:00, 7d, 12h."
 )
@@ -111,6 +83,12 @@ def ledger(
     """The deployment ledger: every switch and launch (newest first).
 
     Reads the database directly; the daemon need not run.
+
+    \b
+    Examples:
+      gpushift ledger                 # the last 20 switches
+      gpushift ledger -n 50 --backend llama --since 7d
+      gpushift ledger --outcome rolled_back --json
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -133,11 +111,17 @@ def ledger(
 
 
 @ledger.command("show")
-@click.argument("row_id", metavar="ID", type=int)
+@click.argument("row_id", metavar="ID", type=ROW_ID)
 @click.option("--json", "as_json", is_flag=True, help="The full record as JSON.")
 @click.pass_context
 def show(ctx: click.Context, row_id: int, as_json: bool) -> None:
-    """Everything about one switch and the launch it made."""
+    """Everything about one switch and the launch it made.
+
+    \b
+    Examples:
+      gpushift ledger show 42
+      gpushift ledger show 42 --json
+    """
     from ..ledger import reports
 
     _config, led = _open(ctx)
@@ -151,13 +135,18 @@ def show(ctx: click.Context, row_id: int, as_json: bool) -> None:
 
 
 @ledger.command("diff")
-@click.argument("ids", metavar="[ID1 ID2]", nargs=-1, type=int)
+@click.argument("ids", metavar="[ID1 ID2]", nargs=-1, type=ROW_ID)
 @click.option("--json", "as_json", is_flag=True, help="Changes as JSON.")
 @click.pass_context
 def diff(ctx: click.Context, ids: tuple[int, ...], as_json: bool) -> None:
     """What changed between two launches of the same backend.
 
     Without IDs: the last launch of each backend against its previous one.
+
+    \b
+    Examples:
+      gpushift ledger diff            # each backend's last launch against its previous one
+      gpushift ledger diff 40 42
     """
     if len(ids) not in (0, 2):
         raise click.UsageError("give two ids (older, newer), or none")
@@ -186,7 +175,13 @@ def diff(ctx: click.Context, ids: tuple[int, ...], as_json: bool) -> None:
 @click.pass_context
 def export(ctx: click.Context, fmt: str) -> None:
     """The whole ledger: a per-machine deployment README (markdown) or one JSON record per line
-    (jsonl, oldest first)."""
+    (jsonl, oldest first).
+
+    \b
+    Examples:
+      gpushift ledger export > DEPLOYMENTS.md
+      gpushift ledger export --format jsonl > ledger.jsonl
+    """
     from ..ledger import reports
 
     config, led = _open(ctx)
@@ -203,7 +198,13 @@ def export(ctx: click.Context, fmt: str) -> None:
 @click.pass_context
 def verify(ctx: click.Context, as_json: bool) -> None:
     """Check the hash chain and the head file; name the first bad row, or a break in the chain
-    (recorded by the daemon or not).  Exits 11 on anything but an intact, unbroken chain."""
+    (recorded by the daemon or not).  Exits 11 on anything but an intact, unbroken chain.
+
+    \b
+    Examples:
+      gpushift ledger verify
+      gpushift ledger verify --json
+    """
     _config, led = _open(ctx, check=False)  # verify names a bad database itself
     res = led.verify()
     if as_json:

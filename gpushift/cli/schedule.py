@@ -20,6 +20,7 @@ from gpushift.errors import ConfigError, GpushiftError
 from gpushift.schedule import DEFAULT_SCHEDULE_PATH, Fire, Schedule, Span, load_schedule
 
 from .output import say, say_json
+from .params import parse_from
 
 UTC = timezone.utc
 
@@ -129,18 +130,6 @@ def _echo_spans(sched: Schedule, at: datetime) -> None:
     _table(rows)
 
 
-def _parse_from(text: str, sched: Schedule) -> datetime:
-    try:
-        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a time (expected e.g. '2026-12-01 08:00' in the schedule's zone, "
-            "or ISO 8601 with an offset)",
-            param_hint="--from",
-        ) from None
-    return t.replace(tzinfo=sched.tz) if t.tzinfo is None else t
-
-
 @click.group("schedule", invoke_without_command=True)
 @click.option(
     "--next", "count", type=click.IntRange(1, 10000), default=10, show_default=True, help="How many to list."
@@ -157,6 +146,12 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
     """List the next switches of the schedule (local and UTC times, and the entry behind each).
 
     Reads the config for the schedule file and the backend names; no daemon is needed.
+
+    \b
+    Examples:
+      gpushift schedule               # the next 10 switches
+      gpushift schedule --next 30 --from "2026-12-24 00:00"
+      gpushift schedule --json
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -165,7 +160,7 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
         sched = load_schedule(_schedule_path(cfg), backends=cfg.backends.keys())
     except GpushiftError as e:
         _fail(e)
-    at = _parse_from(start, sched) if start else datetime.now(UTC)
+    at = parse_from(start, sched.tz) if start else datetime.now(UTC)
     current = sched.in_effect(at)
     fires = sched.next(at, count)
     previous = current.target if current else None
@@ -218,6 +213,11 @@ def check(ctx: click.Context, file: str | None) -> None:
     Exits 0 with a summary, or non-zero with the error naming file, line and field.  Backend names
     are checked against the config; when the config cannot be read, FILE is still checked and the
     output says that backend names were not.
+
+    \b
+    Examples:
+      gpushift schedule check         # the schedule the config names
+      gpushift schedule check ./schedule.new
     """
     cfg: config_mod.Config | None = None
     cfg_error: ConfigError | None = None

@@ -2,6 +2,8 @@
 
 * APScheduler's ``BackgroundScheduler`` runs one job, armed at the next schedule boundary or the
   end of an override (:meth:`Clockwork.arm`, again after every decision that may move it);
+* the look-ahead's jobs (``lookahead.py``: pre-warm, hooks, notices before a switch) on the same
+  scheduler, re-evaluated whenever the boundary job is re-armed and after every decision;
 * a GLib timer on the loop's monotonic clock runs every second: it notices a wall-clock jump (a
   wall-clock scheduler cannot notice one itself) and calls ``on_reconcile`` every
   ``reconcile_interval_s`` and after a jump.
@@ -18,6 +20,7 @@ from typing import Any
 
 from ..keeper import Keeper
 from ..model import Trigger
+from .lookahead import LookAhead, SchedulerTimer
 
 #: A change of the wall clock against the monotonic one beyond this, within a second, is a jump.
 JUMP_S = 2.0
@@ -30,8 +33,10 @@ class Clockwork:
         reconcile_interval_s: Callable[[], float],
         on_reconcile: Callable[[], None],
         log: Any,
+        lookahead: LookAhead | None = None,
     ) -> None:
         self.keeper = keeper
+        self.lookahead = lookahead
         self.reconcile_interval_s = reconcile_interval_s
         self.on_reconcile = on_reconcile
         self.log = log
@@ -49,6 +54,8 @@ class Clockwork:
             job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
         )
         self._scheduler.start()
+        if self.lookahead is not None:
+            self.lookahead.attach(SchedulerTimer(self._scheduler))
         self.arm()
         self._last_offset = time.time() - time.monotonic()
         self._last_reconcile = time.monotonic()
@@ -59,7 +66,7 @@ class Clockwork:
             self._scheduler.shutdown(wait=False)
 
     def arm(self) -> None:
-        """(Re-)arm the boundary job for the next boundary or override end."""
+        """(Re-)arm the boundary job for the next boundary or override end, and the look-ahead's."""
         sched = self._scheduler
         if sched is None:
             return
@@ -69,9 +76,18 @@ class Clockwork:
         if when is None:
             if sched.get_job("boundary"):
                 sched.remove_job("boundary")
+        else:
+            sched.add_job(self._on_boundary, DateTrigger(run_date=when), id="boundary", replace_existing=True)
+            self.log.debug("boundary_armed", at=when.isoformat())
+        self._look_ahead()
+
+    def _look_ahead(self) -> None:
+        if self.lookahead is None:
             return
-        sched.add_job(self._on_boundary, DateTrigger(run_date=when), id="boundary", replace_existing=True)
-        self.log.debug("boundary_armed", at=when.isoformat())
+        try:
+            self.lookahead.evaluate()
+        except Exception as e:  # an edge: log it, the switch's own path goes on
+            self.log.exception("lookahead_failed", error=repr(e))
 
     def tick(self, trigger: Trigger) -> None:
         """Ask the keeper to decide; the edge of every caller: log a failure, never raise."""
@@ -81,6 +97,7 @@ class Clockwork:
             self.log.exception("tick_failed", error=repr(e))
             return
         self.log.debug("tick", trigger=trigger.value, action=action)
+        self._look_ahead()
 
     def _on_boundary(self) -> None:
         """On APScheduler's thread, at a schedule boundary (or an override's end)."""

@@ -24,11 +24,13 @@ from typing import Any
 from .. import __version__, redact, wiring
 from .. import config as config_mod
 from ..adapters.dbus_names import BUS_NAME
-from ..errors import ConfigError, GpushiftError, UnknownBackend
+from ..errors import ConfigError, GpushiftError, InvalidArgument, UnknownBackend
 from ..model import OFF, Caller, EventKind, Trigger
 from ..switch import Event, Switcher
 from . import exporter
 from .clockwork import Clockwork
+from .lookahead import LookAhead
+from .prewarming import Prewarming
 from .settings import load_schedule_of, parse_until, reloadable, watch_settings
 from .watch import BackendWatcher
 
@@ -75,10 +77,15 @@ class Daemon:
 
         self.watcher = BackendWatcher(ports, self.components.bus, self.log)
 
+        self.override_store = JsonOverrideStore(
+            os.path.join(self.config.daemon.state_dir, "override.json"),
+            log=self.log,
+            backends=set(self.config.backends),
+        )
         self.keeper = Keeper(
             self.switcher,
             self.schedule,
-            JsonOverrideStore(os.path.join(self.config.daemon.state_dir, "override.json"), log=self.log),
+            self.override_store,
             now=ports.clock.now,
             monotonic=ports.clock.monotonic,
             log=self.log,
@@ -87,9 +94,24 @@ class Daemon:
             watch=self.watcher,
             settings=watch_settings(self.config),
         )
-        self.clockwork = Clockwork(
-            self.keeper, lambda: self.config.daemon.reconcile_interval_s, self._reconcile, self.log
+        # Consumers (pre-warm, hooks, notices) register here: docs/design.md "A look-ahead consumer".
+        self.lookahead = LookAhead(self.keeper.coming_switch, ports.clock.now, self.log)
+        self.prewarming = Prewarming(
+            lambda: self.config, ports.units, self.log, switching_to=self._switching_to
         )
+        self.lookahead.add(self.prewarming.consumer())
+        self.switcher.preflight.row_facts.append(self.prewarming.row_facts)
+        self.clockwork = Clockwork(
+            self.keeper,
+            lambda: self.config.daemon.reconcile_interval_s,
+            self._reconcile,
+            self.log,
+            lookahead=self.lookahead,
+        )
+
+    def _switching_to(self) -> str | None:
+        cur = self.switcher.current()
+        return cur.target if cur is not None else None
 
     def converge(self) -> None:
         """At start, before the first decision: recover from a switch the previous daemon did not
@@ -135,6 +157,7 @@ class Daemon:
             "switch": cur.progress(now) if cur else None,
             "reload_error": self.reload_error,
             "reloaded_at": self.reloaded_at.isoformat() if self.reloaded_at else None,
+            "override_ignored": self.override_store.ignored,  # override.json found unusable at start
         }
         c = self.components
         out = wiring.compose_status(self.config, self.sampler.snapshot(), now, daemon, c.ledger_view())
@@ -153,7 +176,7 @@ class Daemon:
             tz = self.schedule.tz if self.schedule is not None else None
             until = parse_until(str(options["until"]), tz)
             if until <= datetime.now(timezone.utc):
-                raise GpushiftError(f"--until {options['until']!r} is in the past")
+                raise InvalidArgument(f"--until {options['until']!r} is in the past")
         if options.get("when_idle"):
             return self._switch_when_idle(backend, caller, hold, until, reason)
         ticket = self.switcher.request(
@@ -389,6 +412,7 @@ class Daemon:
             self.metrics.stop()
         self.sampler.stop()
         self.clockwork.stop()
+        self.prewarming.stop()  # end the pre-warm readers this daemon started
         self.notify.stopping()
         self.log.info("daemon_stopping", detail="backends are left as they are")
         return 0

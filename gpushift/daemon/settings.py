@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .. import config as config_mod
-from ..errors import ConfigError, GpushiftError
+from ..errors import ConfigError, InvalidArgument
 from ..keeper import WatchSettings
 from ..schedule import Schedule
 
@@ -54,14 +54,20 @@ def reloadable(old: config_mod.Config, new: config_mod.Config) -> None:
 
 
 def parse_until(text: str, tz: Any) -> datetime:
-    """``2026-12-01 08:00`` (local to the schedule's zone, or the host's) → aware datetime."""
+    """``2026-12-01 08:00`` (local to the schedule's zone, or the host's) → aware datetime.
+
+    Raises:
+        InvalidArgument: not a time, or one a datetime cannot hold in UTC (year 9999 and later).
+    """
     try:
         t = datetime.fromisoformat(text.strip().replace("T", " "))
-    except ValueError:
-        raise GpushiftError(f"--until: cannot read {text!r} (expected e.g. '2026-12-01 08:00')") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=tz) if tz is not None else t.astimezone()
-    return t.astimezone(timezone.utc)
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=tz) if tz is not None else t.astimezone()
+        return t.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
+        raise InvalidArgument(
+            f"--until: cannot read {text!r} (expected e.g. '2026-12-01 08:00', before the year 9999)"
+        ) from None
 
 
 def watch_settings(config: config_mod.Config) -> dict[str, WatchSettings]:

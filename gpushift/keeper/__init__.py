@@ -1,9 +1,10 @@
 """L3: the keeper — the schedule, people's overrides and changes behind gpushift's back.
 
-``decide`` (the pure decision: snapshot → actions) · ``override`` (a person's choice and its
+``coming`` (the next switch the keeper will make by itself) · ``decide`` (the pure decision: snapshot → actions) · ``override`` (a person's choice and its
 store) · ``keeper`` (takes snapshots, executes the decisions through the switcher).
 """
 
+from .coming import Coming, coming_switch
 from .decide import Attempts, Decision, Snapshot, WatchSettings, decide
 from .keeper import BackendWatch, Keeper, SwitchControl
 from .override import Override, OverrideStore
@@ -11,6 +12,7 @@ from .override import Override, OverrideStore
 __all__ = [
     "Attempts",
     "BackendWatch",
+    "Coming",
     "Decision",
     "Keeper",
     "Override",
@@ -18,5 +20,6 @@ __all__ = [
     "Snapshot",
     "SwitchControl",
     "WatchSettings",
+    "coming_switch",
     "decide",
 ]

@@ -18,6 +18,7 @@ from ..errors import GpushiftError, SwitchInProgress
 from ..model import OFF, Caller, EventKind, Mode, Outcome, OverrideSource, Trigger, UnitState
 from ..schedule import Schedule
 from ..switch import Event, SwitchResult
+from .coming import Coming, coming_switch
 from .decide import (
     Adopt,
     Attempts,
@@ -382,6 +383,12 @@ class Keeper:
                     "last_action": self.last_action,
                 }
             return out
+
+    def coming_switch(self) -> Coming | None:
+        """The next switch to another backend the keeper will make by itself (``keeper/coming.py``):
+        none during a hold, counted from an override's end."""
+        with self._lock:
+            return coming_switch(self.now(), self.schedule, self.override)
 
     def next_wakeup(self) -> datetime | None:
         """When the daemon's timer should fire next: the next boundary, or the override's end."""

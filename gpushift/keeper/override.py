@@ -6,11 +6,12 @@ back leads to; :class:`OverrideStore` is the port that keeps it across restarts.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from ..model import Mode, OverrideSource
+from ..model import OFF, Mode, OverrideSource
 from ..schedule import Schedule
 
 
@@ -50,17 +51,62 @@ class Override:
         }
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> Override:
+    def from_dict(d: Any, backends: Collection[str] | None = None) -> Override:
+        """The override written by :meth:`to_dict`, checked strictly: every key of its type, the
+        times aware (a naive one would never compare with the clock), ``backend`` one of
+        ``backends`` (when given) or ``off``.
+
+        Raises:
+            ValueError: naming the key and what is wrong.
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"expected a JSON object, got {type(d).__name__}")
+        unknown = sorted(set(d) - _KEYS)
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r}")
+        backend = _text(d, "backend", required=True)
+        if backends is not None and backend != OFF and backend not in backends:
+            raise ValueError(f"backend {backend!r} is no longer configured")
+        when_idle = d.get("when_idle", False)
+        if not isinstance(when_idle, bool):
+            raise ValueError(f"when_idle: expected true or false, got {when_idle!r}")
+        mode = Mode(_text(d, "mode", required=True))
+        source = OverrideSource(_text(d, "source") or OverrideSource.MANUAL.value)
+        if mode not in (Mode.OVERRIDE, Mode.HOLD):
+            raise ValueError(f"mode: expected override or hold, got {mode.value!r}")
         return Override(
-            mode=Mode(d["mode"]),
-            backend=str(d["backend"]),
-            until=datetime.fromisoformat(d["until"]) if d.get("until") else None,
-            set_by=str(d.get("set_by", "")),
-            set_at=datetime.fromisoformat(d["set_at"]),
-            reason=str(d.get("reason", "")),
-            source=OverrideSource(d.get("source", OverrideSource.MANUAL.value)),
-            when_idle=bool(d.get("when_idle", False)),
+            mode=mode,
+            backend=backend,
+            until=_aware(d, "until") if d.get("until") is not None else None,
+            set_by=_text(d, "set_by"),
+            set_at=_aware(d, "set_at"),
+            reason=_text(d, "reason"),
+            source=source,
+            when_idle=when_idle,
         )
+
+
+_KEYS = frozenset({"mode", "backend", "until", "set_by", "set_at", "reason", "source", "when_idle"})
+
+
+def _text(d: dict[str, Any], key: str, required: bool = False) -> str:
+    if key not in d and not required:
+        return ""
+    v = d.get(key)
+    if not isinstance(v, str) or (required and not v):
+        raise ValueError(f"{key}: expected a string, got {v!r}"[:200])
+    return v
+
+
+def _aware(d: dict[str, Any], key: str) -> datetime:
+    v = _text(d, key, required=True)
+    try:
+        t = datetime.fromisoformat(v)
+    except ValueError:
+        raise ValueError(f"{key}: not a time: {v!r}"[:200]) from None
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise ValueError(f"{key}: {v!r} has no UTC offset (a naive time)"[:200])
+    return t
 
 
 class OverrideStore(Protocol):

@@ -9,6 +9,7 @@ outcome ``refused``; nothing was touched.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,9 @@ def already_there(target: str, running: list[str]) -> str | None:
 
 class Preflight:
     def __init__(self, steps: Steps, log: Any, version: str) -> None:
+        #: Sources of facts for a switch's row, asked with the target as the row is made (pre-warm:
+        #: what was read for it); each returns named keys for the row's ``extra``.
+        self.row_facts: list[Callable[[str], Mapping[str, Any]]] = []
         self.steps = steps
         self.ports = steps.ports
         self.log = log
@@ -101,6 +105,11 @@ class Preflight:
         if len(running) > 1:
             rec.extra["running_before"] = running
         rec.extra.update(run.details)
+        for source in self.row_facts:
+            try:
+                rec.extra.update(source(target))
+            except Exception as e:  # a fact source must never fail the switch
+                self.log.warning("row_facts_failed", source=repr(source), error=repr(e))
         if run.relaunch:
             rec.extra["relaunch"] = True
         if run.recovery_attempt:

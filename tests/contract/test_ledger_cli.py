@@ -480,3 +480,26 @@ def test_ledger_cli_verify_passes_then_names_an_edited_row(env: dict[str, Any]) 
     assert bad.exit_code != 0
     assert bad.output.strip().count("\n") == 0
     assert "row 3" in bad.output and "FAILED" in bad.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--limit", str(10**30)],
+        ["--limit", "0"],
+        ["--limit", "1000001"],
+        ["--since", "99999999999d"],
+        ["--since", "9999999w"],
+        ["--backend", "-h"],
+        ["--backend", "a\x1b[2J"],
+        ["show", str(2**63)],
+        ["show", "0"],
+        ["diff", "1", str(10**30)],
+    ],
+)
+def test_ledger_cli_out_of_range_arguments_are_usage_errors(env: dict[str, Any], args: list[str]) -> None:
+    """An argument out of its range is click's usage error (exit 2) naming the option, never a
+    traceback (10**30 rows overflowed SQLite's integer; a huge age overflowed timedelta)."""
+    res = cli(env, *args)
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and "Error: Invalid value" in res.output

@@ -1,10 +1,9 @@
 """Secrets and terminals on the real daemon (the shipped gpushift.service under a real systemd user
 manager and bus): a stand-in backend whose unit runs it with ``--api-key s3cret`` and
 ``Environment=HF_TOKEN=hf_x``, whose health URL carries ``probe:pr0bepw@``, whose version command
-prints bytes that are not UTF-8 and an escape sequence, switched to with a ``--reason`` that holds
-escape sequences.
-
-The switch still succeeds; no credential appears in ``gpushift status`` (text, ``--json``), the
+prints bytes that are not UTF-8 and an escape sequence.  A ``--reason`` that holds escape
+sequences is refused before anything happens (exit 2, no switch, no row: ``gpushift/validate.py``);
+the switch with a plain reason then succeeds; no credential appears in ``gpushift status`` (text, ``--json``), the
 D-Bus ``GetStatus`` reply, the ``Progress``/``Finished`` signals, ``gpushift ledger`` (list, JSON,
 show, diff, both exports), ``gpushift check`` or the daemon's journal; and no terminal output holds
 a raw control character (escape sequences are shown as ``\\x1b``...)."""
@@ -20,8 +19,8 @@ from typing import Any
 from gpushift_env import Backend, GpushiftEnv, end, free_port
 
 SECRETS = ("s3cret", "hf_x", "pr0bepw")
-REASON = "night shift\x1b]52;c;ZXZpbA==\x07\x1b[2J"
-SHOWN_REASON = "night shift\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J"
+HOSTILE_REASON = "night shift\x1b]52;c;ZXZpbA==\x07\x1b[2J"
+REASON = "night shift"
 VERSION_COMMAND = ["printf", "build\\377\\nversion: 1.0 \\033]0;owned\\007\\n"]
 BUS_NAME = "org.gpushift.Switcher1"
 OBJECT_PATH = "/org/gpushift/Switcher1"
@@ -62,6 +61,9 @@ def test_secrets_reach_no_output_and_escapes_reach_no_terminal(sandbox: Any) -> 
         errors="replace",
     )
     try:
+        refused = env.cli("switch", "a", "--reason", HOSTILE_REASON)
+        assert refused.returncode == 2 and "--reason" in refused.stderr, refused
+        assert env.ledger() == []  # nothing happened
         switched = env.cli("switch", "a", "--reason", REASON, check=True)
     finally:
         end(monitor)
@@ -102,6 +104,6 @@ def test_secrets_reach_no_output_and_escapes_reach_no_terminal(sandbox: Any) -> 
         assert not leaked, f"{name} shows {leaked}:\n{text}"
     for name, text in terminal_outputs.items():
         assert raw_controls(text) == [], f"{name} holds raw control characters:\n{text!r}"
-    assert SHOWN_REASON in terminal_outputs["ledger show"] and SHOWN_REASON in terminal_outputs["ledger"]
+    assert raw_controls(refused.stderr) == [], refused.stderr  # the refusal shows the escapes as text
     assert "1.0 \\x1b]0;owned\\x07" in terminal_outputs["ledger show"]
     assert "http://***@127.0.0.1" in terminal_outputs["switch"]  # the progress line names the URL, masked

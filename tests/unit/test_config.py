@@ -24,6 +24,7 @@ from gpushift.config import (
     parse,
 )
 from gpushift.errors import ConfigError
+from gpushift.hookconfig import HooksConfig, NotifyConfig
 
 PATH = "/etc/gpushift/test.toml"
 
@@ -148,6 +149,8 @@ def test_config_every_key_is_documented_in_docs_config_md(repo_root: Path) -> No
         "[gpu]": set(GpuConfig.__dataclass_fields__),
         "[backends.NAME]": set(BackendConfig.__dataclass_fields__) - {"name"},
         "[metrics]": set(MetricsConfig.__dataclass_fields__),
+        "[hooks]": set(HooksConfig.__dataclass_fields__),
+        "[notify]": set(NotifyConfig.__dataclass_fields__),
     }
     assert "| key | type | default | range | meaning |" in text
 

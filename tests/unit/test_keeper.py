@@ -13,6 +13,7 @@ unless a test is about local times.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -788,3 +789,71 @@ def test_keeper_switch_into_a_calendar_exception_records_its_name(rig: Callable[
     (row,) = r.rows("reconcile")
     assert row.extra["calendar_exception"] == "holidays"
     assert row.trigger == "reconcile" and "holidays" in row.reason  # the trigger stays a trigger
+
+
+OVERRIDE_NIGHT = {
+    "mode": "override",
+    "backend": "night",
+    "until": "2026-03-02T20:00:00+00:00",
+    "set_by": "alice",
+    "set_at": "2026-03-02T11:00:00+00:00",
+    "reason": "",
+    "source": "manual",
+    "when_idle": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (json.dumps({**OVERRIDE_NIGHT, "until": "2026-03-02T20:00:00"}), "no UTC offset"),
+        (json.dumps({**OVERRIDE_NIGHT, "set_at": "2026-03-02 11:00"}), "no UTC offset"),
+        (json.dumps({**OVERRIDE_NIGHT, "until": 5}), "until: expected a string"),
+        (json.dumps({**OVERRIDE_NIGHT, "when_idle": "yes"}), "when_idle"),
+        (json.dumps({**OVERRIDE_NIGHT, "backend": "gone"}), "'gone' is no longer configured"),
+        (json.dumps({**OVERRIDE_NIGHT, "mode": "schedule"}), "mode"),
+        (json.dumps({**OVERRIDE_NIGHT, "extra": 1}), "unknown key"),
+        (json.dumps([OVERRIDE_NIGHT]), "expected a JSON object"),
+        ("[" * 100000 + "]" * 100000, "larger than"),
+        ("[" * 20000 + "]" * 20000, "nested too deeply"),
+        ("\x00garbage\xff", "not valid JSON"),
+        ('{"mode": "hold", "backend": "night", "set_at": "9999-12-31T23:59:59-23:59"}', ""),
+    ],
+)
+def test_keeper_ignores_a_bad_override_file_and_follows_the_schedule(
+    rig: Callable[..., Rig], tmp_path: Path, content: str, why: str
+) -> None:
+    """An override.json that is not what the daemon writes (a naive time crashed every tick, and
+    so the daemon, in a loop) is ignored: logged, reported, and the schedule is obeyed."""
+    path = tmp_path / "override.json"
+    path.write_text(content, encoding="utf-8", errors="surrogateescape")
+    store = JsonOverrideStore(path, backends={"day", "night"})
+    r = rig(start=MONDAY_NOON, running="night", store=store)
+    if why:
+        assert r.keeper.override is None
+        assert store.ignored is not None and why in store.ignored, store.ignored
+    r.tick()
+    if why:
+        assert r.keeper_requests() == [("day", "reconcile")]
+    r.manual("night", hold=True)
+    assert store.ignored is None, "the next override a person sets clears the note"
+    assert JsonOverrideStore(path, backends={"day", "night"}).load() == r.keeper.override
+
+
+def test_override_file_that_is_not_a_regular_file_is_ignored_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "override.json"
+    os.mkfifo(fifo)
+    store = JsonOverrideStore(fifo)
+    assert store.load() is None and store.ignored == "not a regular file (FIFO)"
+    d = tmp_path / "dir.json"
+    d.mkdir()
+    assert JsonOverrideStore(d).load() is None
+
+
+def test_status_says_the_override_file_was_ignored() -> None:
+    from gpushift.cli import render_status
+
+    why = "until: '2026-03-02T20:00:00' has no UTC offset (a naive time)"
+    text = render_status({"daemon": {"running": True, "override_ignored": why}})
+    assert f"override: IGNORED, obeying the schedule: {why}" in text.splitlines()
+    assert "IGNORED" not in render_status({"daemon": {"running": True, "override_ignored": None}})

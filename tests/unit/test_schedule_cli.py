@@ -389,3 +389,15 @@ def test_status_text_names_the_exception_in_force() -> None:
     text = render_status({"schedule": {"wants": "llama", "exception": exc}})
     assert "schedule: wants llama now (calendar exception holidays until 2027-01-01T00:00:00+01:00)\n" in text
     assert "schedule: wants vllm now\n" in render_status({"schedule": {"wants": "vllm", "exception": None}})
+
+
+@pytest.mark.parametrize(
+    "start", ["9999-12-31 23:00", "9001-01-01 00:00+14:00", "1969-12-31 23:00", "0001-01-01"]
+)
+def test_schedule_cli_from_outside_its_years_is_a_usage_error(files: tuple[Path, Path], start: str) -> None:
+    """``--from`` near the end of what a datetime holds overflowed while listing; now it is
+    refused as a usage error (exit 2) naming the range."""
+    cfg, _sched = files
+    r = CliRunner().invoke(schedule, ["--from", start], obj={"config_path": str(cfg)}, catch_exceptions=False)
+    assert r.exit_code == 2, r.output
+    assert "--from" in r.output and "1970 to 9000" in r.output
