@@ -86,12 +86,14 @@ test: lint test-unit test-pythons test-contract test-integration test-real
 
 # The soak (tests/support/soak.py) at 1,000 events: the short version runs in test-integration.  It
 # writes its report into docs/reliability.md ("Soak") and every event, one JSON line each, to
-# build/soak-events.jsonl.  SOAK_EVENTS and SOAK_SEED change the run.
+# build/soak-events.jsonl.  SOAK_EVENTS and SOAK_SEED change the run; SOAK_DEADLINE_S (seconds) stops
+# it early (the report then says how many events ran, and the target fails).
 SOAK_EVENTS ?= 1000
 SOAK_SEED ?= 7
+SOAK_DEADLINE_S ?=
 soak: venv
 	mkdir -p $(BUILDDIR)
-	GPUSHIFT_SOAK_EVENTS=$(SOAK_EVENTS) GPUSHIFT_SOAK_SEED=$(SOAK_SEED) GPUSHIFT_SOAK_REPORT=docs/reliability.md \
+	GPUSHIFT_SOAK_EVENTS=$(SOAK_EVENTS) GPUSHIFT_SOAK_SEED=$(SOAK_SEED) GPUSHIFT_SOAK_DEADLINE_S=$(SOAK_DEADLINE_S) GPUSHIFT_SOAK_REPORT=docs/reliability.md \
 	  GPUSHIFT_SOAK_LOG=$(BUILDDIR)/soak-events.jsonl $(VENV)/bin/pytest $(PYTEST_FLAGS) -s tests/integration/test_soak.py
 
 # On a GPU host: needs torch (CUDA), nvidia-ml-py, psutil and pytest in $(PYTHON); see tests/gpu/README.md.

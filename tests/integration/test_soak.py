@@ -26,6 +26,8 @@ from tests.support.sandbox import Sandbox
 EVENTS = int(os.environ.get("GPUSHIFT_SOAK_EVENTS", "100"))
 SEED = int(os.environ.get("GPUSHIFT_SOAK_SEED", "7"))
 REPORT = os.environ.get("GPUSHIFT_SOAK_REPORT")
+# make soak's stop: after this many seconds no new event starts (the report says how many ran)
+DEADLINE_S = float(os.environ.get("GPUSHIFT_SOAK_DEADLINE_S") or 0) or None
 FAKETIME_LIBS = [
     "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
     "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
@@ -81,7 +83,7 @@ def test_soak_keeps_every_invariant_through_random_events(soak_root):
     env.up()
     log = Path(os.environ.get("GPUSHIFT_SOAK_LOG") or root / "soak-events.jsonl")
     run = soak.Soak(env, SEED, witness, clock_file, state / "filler", log)
-    stats = run.run(EVENTS)
+    stats = run.run(EVENTS, DEADLINE_S)
     body = soak.report_markdown(
         stats,
         SEED,

@@ -45,11 +45,13 @@ def sandbox_with_small_state(name: str, size_mib: int) -> Iterator[tuple[Sandbox
 
 
 def fill(path: Path) -> None:
-    """Write ``path`` until its filesystem is full."""
-    with open(path, "wb") as f:
+    """Write ``path`` until its filesystem is full.
+
+    Unbuffered: a buffered file would try to write its rest again when closed, and fail there.
+    """
+    with open(path, "wb", buffering=0) as f:
         try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
+            while f.write(b"\0" * 65536):
+                pass
         except OSError:
             pass

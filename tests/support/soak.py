@@ -29,6 +29,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import statistics
 import subprocess
 import threading
@@ -50,16 +51,16 @@ WEIGHTS: dict[str, int] = {
     "hold": 4,
     "resume": 5,
     "switch_off": 2,
-    "cancel": 8,
-    "kill_daemon": 9,
-    "backend_exit_0": 5,
-    "backend_exit_1": 5,
-    "backend_hang": 4,
-    "foreign_vram": 5,
+    "cancel": 7,
+    "kill_daemon": 7,
+    "backend_exit_0": 3,
+    "backend_exit_1": 3,
+    "backend_hang": 2,
+    "foreign_vram": 4,
     "reload_good": 4,
     "reload_bad": 4,
     "clock_jump": 6,
-    "ledger_disk_full": 4,
+    "ledger_disk_full": 3,
     "ledger_replaced": 4,
 }
 
@@ -598,8 +599,18 @@ class Soak:
             )
 
     def rows(self) -> list[dict[str, Any]]:
-        r = self.env.cli("ledger", "--json", "--limit", "60")
-        rows: list[dict[str, Any]] = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
+        """The newest rows, read from ``ledger.db`` itself (read-only), and the spooled ones."""
+        rows: list[dict[str, Any]] = []
+        with contextlib.suppress(sqlite3.Error):
+            db = sqlite3.connect(f"file:{self.env.state_dir / 'ledger.db'}?mode=ro", uri=True, timeout=5)
+            try:
+                q = "SELECT from_backend, to_backend, started_at, finished_at FROM switches ORDER BY id DESC LIMIT 60"
+                rows = [
+                    dict(zip(("from", "to", "started_at", "finished_at"), x, strict=True))
+                    for x in db.execute(q)
+                ]
+            finally:
+                db.close()
         spool = self.env.runtime_dir / "ledger-pending"
         for p in sorted(spool.glob("*.json")) if spool.is_dir() else []:
             with contextlib.suppress(OSError, ValueError):
