@@ -10,26 +10,26 @@ import ipaddress
 import math
 import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from . import validate
+from . import textfile, validate
 from .errors import ConfigError
 from .hookconfig import HooksConfig, NotifyConfig, read_hooks, read_notify
 from .model import OFF, BackendKind
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04, the seeds' host)
-    import tomli as tomllib
 
 DEFAULT_CONFIG_PATH = "/etc/gpushift/gpushift.toml"
 ENV_CONFIG = "GPUSHIFT_CONFIG"
 
 BACKEND_KINDS = tuple(k.value for k in BackendKind)
+
+#: The ranges' upper ends (docs/config.md gives each key's range).
+MIB_MAX = 1024 * 1024  # 1 TiB
+DAY_S = 86400
+POLL_MAX_S = 60
+#: Longest path, URL or other string value.
+STRING_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -203,41 +203,32 @@ def config_path(explicit: str | None = None) -> str:
     return explicit or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG_PATH
 
 
-def read_file(path: str, what: str, missing_hint: str) -> bytes:
-    """The bytes of a file gpushift is configured by (``what``: "config file", "schedule file").
-
-    Raises:
-        ConfigError: naming the file, with ``missing_hint`` when it does not exist.
-    """
-    try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} not found ({missing_hint})") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read {what}: {e.strerror or e}") from None
-
-
 def load(path: str | None = None) -> Config:
     """Read and validate the config file."""
     p = config_path(path)
-    raw = read_file(p, "config file", f"set --config or ${ENV_CONFIG}")
-    return parse(raw.decode("utf-8", errors="replace"), p)
+    return parse(textfile.read_text(p, "config file", f"set --config or ${ENV_CONFIG}"), p)
 
 
 def parse(text: str, path: str = "<config>") -> Config:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    return _Reader(path).config(data)
+    """Validate config text.  Errors read ``path:LINE:COL: not valid TOML: ...`` or
+    ``path:LINE: key: ...`` (the key's line, or the line of the table it is missing from)."""
+    data = textfile.parse_toml(text, path)
+    return _Reader(path, textfile.key_lines(text)).config(data)
 
 
 class _Reader:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, lines: dict[str, int] | None = None) -> None:
         self.path = path
+        self.lines = lines or {}
 
     def err(self, key: str, msg: str) -> ConfigError:
-        return ConfigError(f"{self.path}: {key}: {msg}")
+        return ConfigError(f"{self.path}:{textfile.line_of(self.lines, key)}: {key}: {msg}")
+
+    def one_line(self, key: str, v: str) -> str:
+        problem = validate.line_problem(v, STRING_MAX)
+        if problem is not None:
+            raise self.err(key, f"{validate.shown(v)}: {problem}")
+        return v
 
     def table(self, data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
         v = data.get(key.split(".")[-1], {})
@@ -260,7 +251,8 @@ class _Reader:
             return default
         v = d[key]
         if not isinstance(v, str) or not v:
-            raise self.err(f"{where}.{key}", f"expected a non-empty string, got {v!r}")
+            raise self.err(f"{where}.{key}", f"expected a non-empty string, got {validate.shown(v)}")
+        self.one_line(f"{where}.{key}", v)
         if choices and v not in choices:
             raise self.err(f"{where}.{key}", f"expected one of {', '.join(map(repr, choices))}, got {v!r}")
         return v
@@ -275,38 +267,48 @@ class _Reader:
         integer: bool = False,
         maximum: float | None = None,
     ) -> Any:
+        """A number in [minimum, maximum] (every key has a maximum: docs/config.md)."""
         if key not in d:
             return default
         v = d[key]
         ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
         if isinstance(v, bool) or not ok_type:
             kind = "an integer" if integer else "a number"
-            raise self.err(f"{where}.{key}", f"expected {kind}, got {v!r}")
-        if not math.isfinite(v):
+            raise self.err(f"{where}.{key}", f"expected {kind}, got {validate.shown(v)}")
+        # An int is compared exactly (one of hundreds of digits has no float: no OverflowError).
+        if isinstance(v, float) and not math.isfinite(v):
             # A NaN or infinite timeout never compares as expired: a wait would never end.
             raise self.err(f"{where}.{key}", f"expected a finite number, got {v!r}")
         if v < minimum:
-            raise self.err(f"{where}.{key}", f"expected a value >= {minimum:g}, got {v!r}")
+            raise self.err(f"{where}.{key}", f"expected a value >= {minimum:g}, got {validate.shown(v)}")
         if maximum is not None and v > maximum:
-            raise self.err(f"{where}.{key}", f"expected a value <= {maximum:g}, got {v!r}")
+            raise self.err(f"{where}.{key}", f"expected a value <= {maximum:g}, got {validate.shown(v)}")
         return v
 
     def uuid_counts(self, d: Mapping[str, Any], where: str, key: str) -> dict[str, int]:
         v = d.get(key, {})
         if not isinstance(v, dict) or not all(
-            isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+            isinstance(k, str)
+            and validate.line_problem(k, 128) is None
+            and isinstance(n, int)
+            and not isinstance(n, bool)
+            and 0 <= n <= 2**32
             for k, n in v.items()
         ):
             raise self.err(
                 f"{where}.{key}",
-                f'expected a table of GPU UUID = count (e.g. {{ "GPU-1a2b…" = 2 }}), got {v!r}',
+                f'expected a table of GPU UUID = count 0 - 2^32 (e.g. {{ "GPU-1a2b…" = 2 }}), got {validate.shown(v)}',
             )
         return dict(v)
 
     def strings(self, d: Mapping[str, Any], where: str, key: str) -> tuple[str, ...]:
         v = d.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-            raise self.err(f"{where}.{key}", f'expected a list of strings (e.g. ["GPU-1a2b…"]), got {v!r}')
+            raise self.err(
+                f"{where}.{key}", f'expected a list of strings (e.g. ["GPU-1a2b…"]), got {validate.shown(v)}'
+            )
+        for x in v:
+            self.one_line(f"{where}.{key}", x)
         return tuple(v)
 
     def absolute_paths(self, d: Mapping[str, Any], where: str, key: str) -> tuple[str, ...]:
@@ -322,8 +324,10 @@ class _Reader:
             return None
         v = d["schedule"]
         if not isinstance(v, str):
-            raise self.err("daemon.schedule", f'expected a path (or "" for no schedule), got {v!r}')
-        return v
+            raise self.err(
+                "daemon.schedule", f'expected a path (or "" for no schedule), got {validate.shown(v)}'
+            )
+        return self.one_line("daemon.schedule", v)
 
     def url(self, d: Mapping[str, Any], where: str, key: str, required: bool = False) -> str | None:
         if key not in d:
@@ -331,8 +335,11 @@ class _Reader:
                 raise self.err(f"{where}.{key}", "missing (expected an http:// URL)")
             return None
         v = d[key]
-        if not isinstance(v, str) or not (v.startswith("http://") or v.startswith("https://")):
-            raise self.err(f"{where}.{key}", f"expected an http:// or https:// URL, got {v!r}")
+        if not isinstance(v, str):
+            raise self.err(f"{where}.{key}", f"expected an http:// or https:// URL, got {type(v).__name__}")
+        problem = validate.url_problem(v)
+        if problem is not None:  # the URL is not repeated: it may carry a password
+            raise self.err(f"{where}.{key}", problem)
         return v
 
     def config(self, data: Mapping[str, Any]) -> Config:
@@ -345,7 +352,9 @@ class _Reader:
             runtime_dir=self.string(d, "daemon", "runtime_dir", DaemonConfig.runtime_dir),
             on_failure=self.string(d, "daemon", "on_failure", "rollback", ("rollback", "stay")),
             schedule=self.schedule_path(d),
-            poll_interval_s=self.number(d, "daemon", "poll_interval_s", 0.5, minimum=0.05),
+            poll_interval_s=self.number(
+                d, "daemon", "poll_interval_s", 0.5, minimum=0.05, maximum=POLL_MAX_S
+            ),
             fast_poll_interval_s=self.number(
                 d, "daemon", "fast_poll_interval_s", 0.02, minimum=0.005, maximum=1.0
             ),
@@ -353,11 +362,13 @@ class _Reader:
             prewarm_rate_mib_s=self.number(
                 d, "daemon", "prewarm_rate_mib_s", 512.0, minimum=1, maximum=100000
             ),
-            stop_timeout_s=self.number(d, "daemon", "stop_timeout_s", 180.0, minimum=1),
+            stop_timeout_s=self.number(d, "daemon", "stop_timeout_s", 180.0, minimum=1, maximum=DAY_S),
             log_level=self.string(d, "daemon", "log_level", "info", ("debug", "info", "warning", "error")),
-            reconcile_interval_s=self.number(d, "daemon", "reconcile_interval_s", 30.0, minimum=1),
-            max_attempts=self.number(d, "daemon", "max_attempts", 3, minimum=1, integer=True),
-            retry_after_s=self.number(d, "daemon", "retry_after_s", 30.0),
+            reconcile_interval_s=self.number(
+                d, "daemon", "reconcile_interval_s", 30.0, minimum=1, maximum=3600
+            ),
+            max_attempts=self.number(d, "daemon", "max_attempts", 3, minimum=1, integer=True, maximum=100),
+            retry_after_s=self.number(d, "daemon", "retry_after_s", 30.0, maximum=DAY_S),
             allowed_group=self.string(d, "daemon", "allowed_group", "gpushift"),
             sample_interval_s=self.number(d, "daemon", "sample_interval_s", 2.0, minimum=0.5, maximum=60),
         )
@@ -365,12 +376,14 @@ class _Reader:
         self.no_unknown(g, "gpu", set(GpuConfig.__dataclass_fields__))
         gpu = GpuConfig(
             provider=self.string(g, "gpu", "provider", "nvml", ("nvml", "simulated")),
-            residual_mib=self.number(g, "gpu", "residual_mib", 256.0),
-            release_timeout_s=self.number(g, "gpu", "release_timeout_s", 120.0, minimum=0.1),
-            simulated_gpus=self.number(g, "gpu", "simulated_gpus", 2, minimum=1, integer=True),
-            simulated_total_mib=self.number(g, "gpu", "simulated_total_mib", 16384.0, minimum=1),
-            simulated_foreign_mib=self.number(g, "gpu", "simulated_foreign_mib", 9318.0),
-            simulated_release_delay_s=self.number(g, "gpu", "simulated_release_delay_s", 0.5),
+            residual_mib=self.number(g, "gpu", "residual_mib", 256.0, maximum=MIB_MAX),
+            release_timeout_s=self.number(g, "gpu", "release_timeout_s", 120.0, minimum=0.1, maximum=DAY_S),
+            simulated_gpus=self.number(g, "gpu", "simulated_gpus", 2, minimum=1, integer=True, maximum=64),
+            simulated_total_mib=self.number(
+                g, "gpu", "simulated_total_mib", 16384.0, minimum=1, maximum=MIB_MAX
+            ),
+            simulated_foreign_mib=self.number(g, "gpu", "simulated_foreign_mib", 9318.0, maximum=MIB_MAX),
+            simulated_release_delay_s=self.number(g, "gpu", "simulated_release_delay_s", 0.5, maximum=3600),
             simulated_dir=self.string(g, "gpu", "simulated_dir", None),
             accepted_ecc_uncorrected=self.uuid_counts(g, "gpu", "accepted_ecc_uncorrected"),
             accepted_gpu_uuids=self.strings(g, "gpu", "accepted_gpu_uuids"),
@@ -425,7 +438,12 @@ class _Reader:
                 raise self.err("metrics.listen", str(e)) from None
         textfile = m.get("textfile", "")
         if not isinstance(textfile, str) or (
-            textfile and not (os.path.isabs(textfile) and textfile.endswith(".prom"))
+            textfile
+            and not (
+                os.path.isabs(textfile)
+                and textfile.endswith(".prom")
+                and validate.line_problem(textfile, STRING_MAX) is None
+            )
         ):
             raise self.err(
                 "metrics.textfile",
@@ -446,29 +464,31 @@ class _Reader:
             raise self.err(
                 f"{where}.unit", "missing (expected a systemd unit name such as 'gpushift-x.service')"
             )
-        if "." not in unit:
-            raise self.err(
-                f"{where}.unit", f"expected a full unit name with its suffix (e.g. {unit}.service)"
-            )
+        problem = validate.unit_problem(unit)
+        if problem is not None:
+            raise self.err(f"{where}.unit", f"{validate.shown(unit)}: {problem}")
         vc = d.get("version_command")
         version_command: tuple[str, ...] | None = None
         if vc is not None:
             if not isinstance(vc, list) or not vc or not all(isinstance(x, str) and x for x in vc):
                 raise self.err(
-                    f"{where}.version_command", f"expected a non-empty list of strings, got {vc!r}"
+                    f"{where}.version_command",
+                    f"expected a non-empty list of strings, got {validate.shown(vc)}",
                 )
-            version_command = tuple(vc)
+            version_command = tuple(self.one_line(f"{where}.version_command", x) for x in vc)
         gpus_raw = d.get("gpus")
         gpus: tuple[int, ...] | None = None
         if gpus_raw is not None:
             if (
                 not isinstance(gpus_raw, list)
                 or not gpus_raw
-                or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in gpus_raw)
+                or not all(
+                    isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= 1023 for i in gpus_raw
+                )
             ):
                 raise self.err(
                     f"{where}.gpus",
-                    f"expected a non-empty list of GPU indices (e.g. [0, 1]), got {gpus_raw!r}",
+                    f"expected a non-empty list of GPU indices 0 - 1023 (e.g. [0, 1]), got {validate.shown(gpus_raw)}",
                 )
             if len(set(gpus_raw)) != len(gpus_raw):
                 raise self.err(f"{where}.gpus", f"a GPU is listed twice in {gpus_raw!r}")
@@ -494,13 +514,13 @@ class _Reader:
             version_url=version_url,
             version_command=version_command,
             metrics_url=metrics_url,
-            start_timeout_s=self.number(d, where, "start_timeout_s", 300.0, minimum=0.1),
-            drain_timeout_s=self.number(d, where, "drain_timeout_s", 30.0),
+            start_timeout_s=self.number(d, where, "start_timeout_s", 300.0, minimum=0.1, maximum=DAY_S),
+            drain_timeout_s=self.number(d, where, "drain_timeout_s", 30.0, maximum=DAY_S),
             gpus=gpus,
-            simulated_vram_mib=self.number(d, where, "simulated_vram_mib", 0.0),
+            simulated_vram_mib=self.number(d, where, "simulated_vram_mib", 0.0, maximum=MIB_MAX),
             pinned_version=self.string(d, where, "pinned_version", None),
             on_crash=self.string(d, where, "on_crash", "restart", ("restart", "stay")),
-            unhealthy_after_s=self.number(d, where, "unhealthy_after_s", 120.0, minimum=5),
+            unhealthy_after_s=self.number(d, where, "unhealthy_after_s", 120.0, minimum=5, maximum=DAY_S),
             warmup=self.warmup(d, where, kind),
             defer_while_busy_s=self.number(d, where, "defer_while_busy_s", 0.0, maximum=86400),
             idle_s=self.number(d, where, "idle_s", 5.0, minimum=0.5, maximum=3600),
@@ -528,8 +548,10 @@ class _Reader:
             )
         self.no_unknown(v, key, {"path", "body", "expect_status", "timeout_s"})
         path = v.get("path", DEFAULT_WARMUP[kind].path if kind in DEFAULT_WARMUP else None)
-        if not isinstance(path, str) or not path.startswith("/"):
-            raise self.err(f"{key}.path", f'expected a path such as "/v1/completions", got {path!r}')
+        if not isinstance(path, str) or not path.startswith("/") or validate.line_problem(path, STRING_MAX):
+            raise self.err(
+                f"{key}.path", f'expected a path such as "/v1/completions", got {validate.shown(path)}'
+            )
         body = v.get("body")
         if body is not None and not isinstance(body, dict):
             raise self.err(f"{key}.body", f"expected a table (the JSON body), got {body!r}")

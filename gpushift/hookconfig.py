@@ -19,8 +19,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
+from . import validate
 from .errors import ConfigError
 from .model import HookEvent
 
@@ -139,7 +139,7 @@ def read_notify(r: Reader, data: Mapping[str, Any]) -> NotifyConfig:
     if not isinstance(url, str):
         raise r.err("notify.webhook_url", f"expected a URL string, got a {type(url).__name__}")
     if url:
-        problem = _url_problem(url)
+        problem = validate.url_problem(url)
         if problem:
             # Never the URL itself: a chat's incoming-webhook URL is its credential.
             raise r.err("notify.webhook_url", f"{problem} (the URL is not shown: it may hold a token)")
@@ -149,20 +149,3 @@ def read_notify(r: Reader, data: Mapping[str, Any]) -> NotifyConfig:
         timeout_s=float(r.number(n, "notify", "timeout_s", 10.0, minimum=1, maximum=300)),
         max_queued=int(r.number(n, "notify", "max_queued", 1000, minimum=1, integer=True, maximum=100000)),
     )
-
-
-def _url_problem(url: str) -> str | None:
-    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
-        return "expected a URL without spaces or control characters"
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return "expected an http:// or https:// URL with a valid host and port"
-    if parts.scheme not in ("http", "https"):
-        return "expected an http:// or https:// URL"
-    if not parts.hostname:
-        return "expected a host after http:// or https://"
-    if port == 0:
-        return "expected a port 1-65535"
-    return None

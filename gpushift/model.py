@@ -7,6 +7,7 @@ measure are in the names (``used_mib``, ``timeout_s``, ``started_at``).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -44,6 +45,7 @@ class Phase(StrEnum):
     READY = "ready"
     WARMUP = "warmup"  # proof of inference: a first completion answered
     VERSION = "version"
+    HOOKS = "hooks"  # a configured hook runs (before_stop, after_ready, on_failure)
     ROLLBACK = "rollback"
     DONE = "done"
 
@@ -349,6 +351,63 @@ class WarmupResult:
             "ttft_s": self.ttft_s,
             "total_s": self.total_s,
             "chunks": self.chunks,
+        }
+
+
+@dataclass(frozen=True)
+class HookSpec:
+    """One hook to run: ``argv`` exactly as written (no shell, no expansion), as ``user``, with
+    ``env`` added to its environment, under a deadline; ``name`` is its transient unit's name."""
+
+    name: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    user: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class HookOutcome:
+    """How a hook ended.  ``result`` is systemd's ``Result`` of its unit (``success``,
+    ``exit-code``, ``signal``, ``timeout``, ...), or ``cancelled`` (stopped by a cancel) or
+    ``error`` (it could not be run: ``error`` says why).  ``output``: the last characters of its
+    stdout and stderr, escaped and redacted."""
+
+    unit: str
+    result: str
+    exit_status: int | None = None
+    output: str = ""
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.result == "success"
+
+    def describe(self) -> str:
+        """``exit status 7``, ``timed out``, ``killed by signal 9``, ``could not run: ...``."""
+        if self.ok:
+            return "exit status 0"
+        if self.result == "exit-code":
+            return f"exit status {self.exit_status}"
+        if self.result == "timeout":
+            return "timed out"
+        if self.result in ("signal", "core-dump"):
+            return f"killed by signal {self.exit_status}"
+        if self.result == "cancelled":
+            return "stopped by a cancel"
+        if self.result == "error":
+            return f"could not run: {self.error}"
+        return f"failed ({self.result})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "result": self.result,
+            "exit_status": self.exit_status,
+            "seconds": round(self.seconds, 3),
+            "output": self.output,
+            "error": self.error,
         }
 
 

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 from .model import (
     GpuReading,
     Health,
+    HookOutcome,
+    HookSpec,
     HostGpuFacts,
     JobResult,
     SwitchRecord,
@@ -149,6 +151,17 @@ class RunStore(Protocol):
     def clear(self) -> None: ...
 
 
+class HookRunner(Protocol):
+    """Runs a configured hook outside the daemon (a transient systemd unit in production)."""
+
+    def run(self, spec: HookSpec, cancelled: Callable[[], bool], beat: Callable[[], None]) -> HookOutcome:
+        """Run ``spec`` and wait for it to end (at most its ``timeout_s``, plus the time a stop
+        takes).  ``cancelled`` is asked while it waits: when it says yes the hook is stopped and
+        the outcome is ``cancelled``.  ``beat`` is called at least once a second (the worker's
+        heartbeat).  Never raises: a hook that cannot be run comes back as ``error``."""
+        ...
+
+
 #: The preflight doctor: (config, target, GPU facts) → findings (``gpushift check``'s rules).  The
 #: config is an L2 type, which this L1 module does not import.
 Doctor = Callable[[Any, str, HostGpuFacts], Sequence[Any]]
@@ -166,3 +179,4 @@ class Ports:
     clock: Clock
     doctor: Doctor | None = None
     runs: RunStore | None = None
+    hooks: HookRunner | None = None

@@ -49,7 +49,9 @@ _JSON_MEMBER = re.compile(
     r"""(["'])([A-Za-z0-9_.-]+)\1(\s*:\s*)(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\[[^\]]*\])"""
 )
 # An argv printed as a list: '--api-key', 's3cret'
-_LISTED = re.compile(r"""(["'])(--?[A-Za-z][\w.-]*)\1(\s*,\s*)(["'])((?:(?!\4)[^\\]|\\.)*)\4""")
+# The value is in a lookahead: an option whose value is another option (``"-a", "--api-key", "x"``)
+# must not swallow it, or that option's own value would be missed (a property test found it).
+_LISTED = re.compile(r"""(["'])(--?[A-Za-z][\w.-]*)\1(?=(\s*,\s*)(["'])((?:(?!\4)[^\\]|\\.)*)\4)""")
 _AUTH = re.compile(r"(?ia)\b(bearer|basic)([ \t]+)[A-Za-z0-9._~+/=-]{6,}")
 # What any credential the rules below hide has in its lower-cased text: a secret-looking name, a
 # URL's "@", an Authorization scheme.  (A superset: "monkey" has one too; it only costs the walk.)
@@ -154,10 +156,17 @@ def _mask_member(m: re.Match[str]) -> str:
     return m.group(1) + m.group(2) + m.group(1) + m.group(3) + f"{m.group(1)}{MASK}{m.group(1)}"
 
 
-def _mask_listed(m: re.Match[str]) -> str:
-    if not is_secret_name(m.group(2)) or is_hidden(m.group(5)):
-        return m.group(0)
-    return m.group(0)[: m.start(5) - m.start()] + MASK + m.group(4)
+def _mask_listed(text: str) -> str:
+    """An argv printed as a list (``["--api-key", "x"]``, ``['--token', 'x']``): each value after a
+    secret-looking option masked."""
+    out: list[str] = []
+    pos = 0
+    for m in _LISTED.finditer(text):
+        if m.start() < pos or not is_secret_name(m.group(2)) or is_hidden(m.group(5)):
+            continue
+        out += [text[pos : m.start(5)], MASK]
+        pos = m.end(5)
+    return "".join(out) + text[pos:]
 
 
 def redact_text(text: str) -> str:
@@ -165,7 +174,7 @@ def redact_text(text: str) -> str:
     if not _MAYBE.search(text):
         return text
     text = _mask_named(_ASSIGN_NAME, _mask_named(_OPTION_NAME, redact_url(text)))
-    text = _JSON_MEMBER.sub(_mask_member, _LISTED.sub(_mask_listed, text))
+    text = _JSON_MEMBER.sub(_mask_member, _mask_listed(text))
     return _AUTH.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
 
 

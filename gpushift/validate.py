@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import InvalidArgument
 
@@ -40,6 +41,7 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 #: separators and the bidirectional controls (``gpushift.terminal`` escapes the same set).
 FORMAT_CHARS = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _NOT_ONE_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{FORMAT_CHARS}\ud800-\udfff]")
+_NOT_ONE_LINE_BUT_TABS = re.compile(f"[\x00-\x08\x0a-\x1f\x7f-\x9f{FORMAT_CHARS}\ud800-\udfff]")
 
 #: The options a switch takes, and their types (``until``: also null).
 SWITCH_OPTIONS: Mapping[str, type] = {
@@ -81,13 +83,14 @@ def backend_name(name: Any, field: str = "backend") -> str:
     return str(name)
 
 
-def line_problem(text: str, limit: int) -> str | None:
-    """Why ``text`` is not one line of at most ``limit`` plain characters, or None."""
+def line_problem(text: str, limit: int, tabs: bool = False) -> str | None:
+    """Why ``text`` is not one line of at most ``limit`` plain characters (``tabs``: a tab is
+    plain), or None."""
     if len(text) > limit:
         return f"longer than {limit} characters ({len(text)})"
-    bad = _NOT_ONE_LINE.search(text)
+    bad = (_NOT_ONE_LINE_BUT_TABS if tabs else _NOT_ONE_LINE).search(text)
     if bad is not None:
-        return f"control or formatting character U+{ord(bad.group()):04X} at offset {bad.start()}"
+        return f"control or formatting character U+{ord(bad.group()):04X} at column {bad.start() + 1}"
     return None
 
 
@@ -108,6 +111,51 @@ def one_line(text: Any, field: str, limit: int) -> str:
 
 def reason(text: Any) -> str:
     return one_line(text, "reason", REASON_MAX)
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not an ``http://`` or ``https://`` URL with a host and a valid port, or None.
+    The message never repeats the URL (it may carry a credential)."""
+    if any(c.isspace() or ord(c) < 32 or 127 <= ord(c) < 160 for c in url) or _NOT_ONE_LINE.search(url):
+        return "expected a URL without spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "expected an http:// or https:// URL with a valid host and port"
+    if parts.scheme not in ("http", "https"):
+        return "expected an http:// or https:// URL"
+    if not parts.hostname:
+        return "expected a host after http:// or https://"
+    if port == 0:
+        return "expected a port 1-65535"
+    return None
+
+
+#: systemd.unit(5), DESCRIPTION (https://www.freedesktop.org/software/systemd/man/latest/systemd.unit.html),
+#: and systemd's src/basic/unit-name.c (VALID_CHARS, UNIT_NAME_MAX = 256 with ``strlen >= MAX``
+#: refused): a name prefix of ASCII letters, digits, ':', '-', '_', '.' and '\\', an optional
+#: instance after one '@', a suffix; at most 255 characters in all.  gpushift runs services only.
+UNIT_MAX = 255
+_UNIT = re.compile(r"[A-Za-z0-9:_.\\@-]+")
+
+
+def unit_problem(unit: str) -> str | None:
+    """Why ``unit`` is not the name of a service unit (an instance of a template included), or None."""
+    if len(unit) > UNIT_MAX:
+        return f"longer than {UNIT_MAX} characters ({len(unit)})"
+    if not unit.isascii() or not _UNIT.fullmatch(unit):
+        return "expected ASCII letters, digits and ':', '-', '_', '.', '\\', '@' only (systemd.unit(5))"
+    if not unit.endswith(".service") or unit == ".service":
+        return "expected a service unit name ending in .service (e.g. gpushift-x.service)"
+    prefix, at, instance = unit[: -len(".service")].partition("@")
+    if not prefix:
+        return "expected a name before the suffix (and before any '@')"
+    if at and not instance:
+        return "a template (nothing after '@'): name an instance, e.g. foo@1.service"
+    if "@" in instance:
+        return "expected at most one '@'"
+    return None
 
 
 def options_json(text: Any) -> dict[str, Any]:

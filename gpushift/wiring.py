@@ -110,6 +110,10 @@ def build(
         host=ProcHost(),
         clock=SystemClock(),
     )
+    if isinstance(units, systemd.SystemdUnits):
+        from .adapters.hooks import SystemdHookRunner
+
+        ports.hooks = SystemdHookRunner(units, config.daemon.runtime_dir)  # [hooks]: transient units
     return Components(config=config, ports=ports, bus=bus)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import DaemonUnavailable
 from .bus import connect
+from .dbus_args import variant_types
 from .dbus_errors import translate
 from .dbus_names import BUS_NAME, INTERFACE, OBJECT_PATH
 
@@ -54,6 +55,20 @@ class Client:
         except GLib.Error:
             return None
 
+    def _switch_call(self, backend: str, options: dict[str, Any]) -> str:
+        """``SwitchTo`` with typed options; ``SwitchWithOptions`` (JSON) for a daemon older than it."""
+        from gi.repository import GLib
+
+        proxy = self._proxy()
+        try:
+            method = getattr(proxy, "SwitchTo", None)  # absent from an older daemon's introspection
+            if method is None:
+                return str(proxy.SwitchWithOptions(backend, json.dumps(options), timeout=CALL_TIMEOUT_S))
+            typed = {k: GLib.Variant(t, v) for k, (t, v) in variant_types(options).items()}
+            return str(method(backend, typed, timeout=CALL_TIMEOUT_S))
+        except GLib.Error as e:
+            raise translate(e) from None
+
     def status(self) -> dict[str, Any]:
         return dict(json.loads(self._call("GetStatus")))
 
@@ -80,7 +95,7 @@ class Client:
         from gi.repository import GLib
 
         if not wait:
-            ticket = str(self._call("SwitchWithOptions", backend, json.dumps(options)))
+            ticket = self._switch_call(backend, options)
             return {"ticket": ticket, "queued": True}
 
         owner = self.owner()
@@ -132,7 +147,7 @@ class Client:
         )
         timer = GLib.timeout_add(2000, check_owner)
         try:
-            ticket = str(self._call("SwitchWithOptions", backend, json.dumps(options)))
+            ticket = self._switch_call(backend, options)
             state["ticket"] = ticket
             for ev in state["events"]:
                 deliver(ev)

@@ -3,7 +3,16 @@
 pydbus runs these handlers on the GLib loop thread and replies only when they return, so each one
 returns at once: a switch is queued and answered with a ticket; progress and completion arrive as
 signals carrying it.  Expected errors leave under their dotted D-Bus names
-(``org.gpushift.Error.SwitchInProgress``...), made by :mod:`gpushift.adapters.dbus_errors`.
+(``org.gpushift.Error.SwitchInProgress``...), made by :mod:`gpushift.adapters.dbus_errors`; every
+method that takes arguments has them checked by :func:`gpushift.adapters.dbus_args.check` once the
+caller is known, before anything changes.
+
+The read-only properties (``ActiveBackend``, ``Mode``, ...) are the values the daemon computes from
+memory (``Backend.property_values``); :meth:`SwitcherService.announce` computes them and sends the
+changed ones in one ``PropertiesChanged``.  It runs on every read, before the answer to a method
+that changes what runs (the reply goes out after the signal), and whenever the daemon calls it
+(after each Progress and Finished, and every second).  When computing fails the last values stay,
+the failure is logged once, and methods still answer.
 """
 
 from __future__ import annotations
@@ -19,11 +28,10 @@ from typing import Any, Protocol
 
 from pydbus.generic import signal
 
-from .. import validate
 from ..errors import AccessDenied, GpushiftError
 from ..model import Caller
-from . import dbus_errors
-from .dbus_names import BUS_NAME, OBJECT_PATH
+from . import dbus_args, dbus_errors
+from .dbus_names import BUS_NAME, INTERFACE, OBJECT_PATH
 
 # pydbus logs every exception a handler raises with a traceback; expected errors are not bugs.
 logging.getLogger("pydbus.registration").setLevel(logging.CRITICAL)
@@ -45,6 +53,25 @@ class Backend(Protocol):
     def resume(self, caller: Caller) -> str: ...
 
     def reload(self, caller: Caller) -> str: ...
+
+    def property_values(self) -> dict[str, Any]:
+        """Every property by name, from memory only (no I/O): see :data:`PROPERTY_DEFAULTS`."""
+        ...
+
+
+#: The properties and the values they have before anything was computed (the XML documents them).
+PROPERTY_DEFAULTS: dict[str, Any] = {
+    "ActiveBackend": "",
+    "Mode": "",
+    "SwitchInProgress": False,
+    "Phase": "",
+    "NextSwitch": ("", 0),
+    "Backends": [],
+}
+
+
+def _property(name: str) -> Any:
+    return property(lambda self: self.read_property(name))
 
 
 def _handler(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,11 +97,53 @@ class SwitcherService:
 
     Progress = signal()
     Finished = signal()
+    PropertiesChanged = signal()  # pydbus sends it as org.freedesktop.DBus.Properties's signal
+
+    ActiveBackend = _property("ActiveBackend")
+    Mode = _property("Mode")
+    SwitchInProgress = _property("SwitchInProgress")
+    Phase = _property("Phase")
+    NextSwitch = _property("NextSwitch")
+    Backends = _property("Backends")
 
     def __init__(self, bus: Any, backend: Backend, allowed_group: str = "gpushift") -> None:
         self._bus = bus
         self._backend = backend
         self.allowed_group = allowed_group
+        self._values: dict[str, Any] = dict(PROPERTY_DEFAULTS)
+        self._failing = False
+        if backend is not None:  # the values before anything is announced: then only changes go out
+            self._compute()
+
+    # -- properties
+
+    def _compute(self) -> dict[str, Any] | None:
+        try:
+            values = self._backend.property_values()
+            new = {name: values[name] for name in PROPERTY_DEFAULTS}
+        except Exception as e:
+            if not self._failing:
+                logging.getLogger("gpushift").error("dbus_properties_failed: %r (the last values stay)", e)
+            self._failing = True
+            return None
+        if self._failing:
+            logging.getLogger("gpushift").info("dbus_properties_recovered")
+        self._failing = False
+        changed = {k: v for k, v in new.items() if self._values.get(k) != v}
+        self._values = new
+        return changed
+
+    def announce(self) -> bool:
+        """Compute the properties and send the changed ones (loop thread).  True, so that it can be
+        a GLib timeout's callback."""
+        changed = self._compute()
+        if changed:
+            self.PropertiesChanged(INTERFACE, changed, [])
+        return True
+
+    def read_property(self, name: str) -> Any:
+        self.announce()
+        return self._values[name]
 
     # -- caller identity (read from the bus, never from the message)
 
@@ -116,32 +185,44 @@ class SwitcherService:
     def GetStatus(self) -> str:
         return self._backend.status_json()
 
-    # A switch's arguments are checked (gpushift.validate) after the caller and before anything
-    # changes: a refusal is org.gpushift.Error.InvalidArgument naming the field.
+    # A switch's arguments are checked (dbus_args.check, with gpushift.validate's rules) after the
+    # caller and before anything changes: a refusal is org.gpushift.Error.InvalidArgument naming
+    # the field.
 
     @_handler
     def Switch(self, backend: str, reason: str, dbus_context: Any = None) -> str:
         caller = self.authorize(dbus_context)
-        options = validate.switch_request(backend, {"reason": reason})
-        return self._backend.switch(backend, options, caller)
+        options = dbus_args.check("Switch", backend, reason)
+        return self._announced(self._backend.switch(backend, options, caller))
 
     @_handler
     def SwitchWithOptions(self, backend: str, options_json: str, dbus_context: Any = None) -> str:
         caller = self.authorize(dbus_context)
-        options = validate.switch_request(backend, validate.options_json(options_json))
-        return self._backend.switch(backend, options, caller)
+        options = dbus_args.check("SwitchWithOptions", backend, options_json)
+        return self._announced(self._backend.switch(backend, options, caller))
+
+    @_handler
+    def SwitchTo(self, backend: str, options: dict[str, Any], dbus_context: Any = None) -> str:
+        caller = self.authorize(dbus_context)
+        checked = dbus_args.check("SwitchTo", backend, options)
+        return self._announced(self._backend.switch(backend, checked, caller))
 
     @_handler
     def Cancel(self, dbus_context: Any = None) -> str:
-        return self._backend.cancel(self.authorize(dbus_context))
+        return self._announced(self._backend.cancel(self.authorize(dbus_context)))
 
     @_handler
     def Resume(self, dbus_context: Any = None) -> str:
-        return self._backend.resume(self.authorize(dbus_context))
+        return self._announced(self._backend.resume(self.authorize(dbus_context)))
 
     @_handler
     def Reload(self, dbus_context: Any = None) -> str:
-        return self._backend.reload(self.authorize(dbus_context))
+        return self._announced(self._backend.reload(self.authorize(dbus_context)))
+
+    def _announced(self, answer: str) -> str:
+        """A method that may have changed the properties: the changes go out before its answer."""
+        self.announce()
+        return answer
 
 
 def _groups_of(uid: int) -> list[int]:

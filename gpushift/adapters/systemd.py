@@ -28,6 +28,8 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SystemdError
@@ -396,3 +398,120 @@ class SystemdUnits:
         except SystemdError as e:
             return f"state unknown: {e}"
         return f"{st.active_state}/{st.sub_state}"
+
+    # ------------------------------------------------------------------ transient units (hooks)
+
+    def run_transient(
+        self,
+        name: str,
+        properties: Sequence[tuple[str, str, Any]],
+        timeout_s: float,
+        cancelled: Callable[[], bool],
+        beat: Callable[[], None],
+    ) -> TransientResult:
+        """Start the transient unit ``name`` (``StartTransientUnit``, mode ``fail``) and wait for its
+        start job to end: for ``Type=oneshot`` that is when its process has exited.
+
+        ``properties``: (name, D-Bus signature, value), e.g. ``("User", "s", "nobody")``.  The unit
+        also gets ``AddRef=yes`` (systemd keeps it loaded, with its ``Result`` and exit status, until
+        this connection releases it) and ``CollectMode=inactive-or-failed`` (then it is garbage
+        collected, failed or not: no ``reset-failed`` is needed).  When ``cancelled()`` says yes, or
+        ``timeout_s`` passes, the unit is stopped (its control group killed).  ``beat`` is called
+        about twice a second.  The unit is released once its result has been read.
+
+        Raises:
+            SystemdError: systemd refused the unit, or it did not end after being stopped.
+        """
+        from gi.repository import GLib
+
+        props = [(k, GLib.Variant(sig, v)) for k, sig, v in properties]
+        props += [
+            ("AddRef", GLib.Variant("b", True)),
+            ("CollectMode", GLib.Variant("s", "inactive-or-failed")),
+        ]
+        self._ensure_subscribed()
+        waiter = _JobWaiter(self._con)
+        stopped_because: str | None = None
+        try:
+            try:
+                reply = self._con.call_sync(
+                    SYSTEMD_BUS_NAME,
+                    SYSTEMD_PATH,
+                    MANAGER_IFACE,
+                    "StartTransientUnit",
+                    GLib.Variant("(ssa(sv)a(sa(sv)))", (name, "fail", props, [])),
+                    GLib.VariantType.new("(o)"),
+                    0,
+                    int(self._call_timeout_s * 1000),
+                    None,
+                )
+            except GLib.Error as e:
+                raise self._error("start the transient unit", name, e) from e
+            job = str(reply.unpack()[0])
+            self.own_jobs.append(job)
+            deadline = time.monotonic() + timeout_s
+            stop_deadline: float | None = None
+            while True:
+                beat()
+                if waiter.wait(job, 0.5) is not None:
+                    break
+                now = time.monotonic()
+                if stopped_because is None and (cancelled() or now >= deadline):
+                    stopped_because = "cancelled" if cancelled() else "timeout"
+                    self._call("stop", name, self._mgr().StopUnit, name, "replace")
+                    stop_deadline = now + _TRANSIENT_STOP_S
+                if not self._job_exists(job, name):
+                    waiter.wait(job, _SIGNAL_GRACE_S)
+                    break
+                if stop_deadline is not None and now >= stop_deadline:
+                    raise SystemdError(f"systemd: {name} did not stop within {_TRANSIENT_STOP_S:g} s")
+            return self._transient_result(name, stopped_because, waiter.results.get(job, ("", ""))[1], beat)
+        finally:
+            waiter.close()
+
+    def _transient_result(
+        self, name: str, stopped_because: str | None, job_result: str, beat: Callable[[], None]
+    ) -> TransientResult:
+        """Wait until the unit is inactive or failed, read how it ended, release it."""
+        mgr = self._mgr()
+        path = self._call("look up", name, mgr.GetUnit, name)
+        deadline = time.monotonic() + _TRANSIENT_STOP_S
+        while True:
+            beat()
+            unit = self._get_all(path, UNIT_IFACE, name)
+            if str(unit.get("ActiveState")) in ("inactive", "failed") or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        svc = self._get_all(path, SERVICE_IFACE, name)
+        try:
+            self._bus.get(SYSTEMD_BUS_NAME, path)[UNIT_IFACE].Unref(timeout=self._call_timeout_s)
+        except Exception as e:
+            if not _is_glib_error(e):
+                raise
+            # Released already (or collected): nothing is left behind either way.
+        return TransientResult(
+            unit=name,
+            result=str(svc.get("Result", "")),
+            job_result=job_result,
+            exit_code=int(svc.get("ExecMainCode", 0)),
+            exit_status=int(svc.get("ExecMainStatus", 0)),
+            stopped_because=stopped_because,
+        )
+
+
+#: How long a transient unit that was asked to stop may take (its TimeoutStopSec= is shorter).
+_TRANSIENT_STOP_S = 30.0
+
+
+@dataclass(frozen=True)
+class TransientResult:
+    """How a transient unit ended: systemd's ``Result`` (``success``, ``exit-code``, ``signal``,
+    ``timeout``, ...), its start job's result, ``ExecMainCode`` (1 exited, 2 killed, 3 dumped) and
+    ``ExecMainStatus`` (the exit status or the signal), and whether gpushift stopped it and why."""
+
+    unit: str
+    result: str
+    job_result: str
+    exit_code: int
+    exit_status: int
+    stopped_because: str | None = None

@@ -94,13 +94,13 @@ def _bus_kind(ctx: click.Context) -> str:
         return str(_config(ctx).daemon.bus)
     except GpushiftError:
         try:
-            from pathlib import Path
+            from .. import textfile
 
-            text = Path(config_mod.config_path(ctx.obj["config_path"])).read_text(encoding="utf-8")
-            data = config_mod.tomllib.loads(text)  # type: ignore[attr-defined]
+            path = config_mod.config_path(ctx.obj["config_path"])
+            data = textfile.parse_toml(textfile.read_text(path, "config file", ""), path)
             bus = data.get("daemon", {}).get("bus", "system")
             return bus if bus in ("system", "session") else "system"
-        except (OSError, ValueError, AttributeError):
+        except (GpushiftError, AttributeError):
             return "system"
 
 

@@ -27,7 +27,7 @@ from ..adapters.dbus_names import BUS_NAME
 from ..errors import ConfigError, GpushiftError, InvalidArgument, UnknownBackend
 from ..model import OFF, Caller, EventKind, Trigger
 from ..switch import Event, Switcher
-from . import exporter
+from . import exporter, properties
 from .clockwork import Clockwork
 from .lookahead import LookAhead
 from .prewarming import Prewarming
@@ -231,6 +231,10 @@ class Daemon:
     def reload(self, caller: Caller) -> str:
         return self._reload(f"requested by {caller.user}")
 
+    def property_values(self) -> dict[str, Any]:
+        """The D-Bus properties, from memory (gpushift/daemon/properties.py)."""
+        return properties.values(properties.sources(self))
+
     # ------------------------------------------------------------ events → signals
 
     def _on_event(self, ev: Event) -> None:
@@ -254,6 +258,7 @@ class Daemon:
                 self._manual_tickets.discard(ev.ticket)
                 self._update_status_line()
                 self.clockwork.tick(Trigger.RECONCILE)
+            svc.announce()  # the properties this event changed, right after its signal
             return False
 
         GLib.idle_add(emit)
@@ -381,6 +386,7 @@ class Daemon:
             return 1
         self.metrics = exporter.start(self)  # /metrics and the textfile, on threads of their own
         self._loop = GLib.MainLoop()
+        GLib.timeout_add(1000, self._service.announce)  # property changes no event announced
         self.watcher.start_jobwatch()
         self.watcher.keep_units_loaded(self.config)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGTERM, self._quit)

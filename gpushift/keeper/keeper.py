@@ -323,10 +323,18 @@ class Keeper:
     # ------------------------------------------------------------ status
 
     def mode(self) -> Mode:
-        with self._lock:
-            if self.schedule is None:
-                return Mode.MANUAL
-            return self.override.mode if self.override is not None else Mode.SCHEDULE
+        """Without the lock (two reference reads): the D-Bus properties and the metrics ask from
+        threads that must never wait on a tick."""
+        schedule, override = self.schedule, self.override
+        if schedule is None:
+            return Mode.MANUAL
+        return override.mode if override is not None else Mode.SCHEDULE
+
+    def next_switch(self) -> tuple[str, datetime] | None:
+        """(backend, when) of :meth:`coming_switch`, without the lock, like :meth:`mode`: for the
+        D-Bus properties, read on the loop thread, which must never wait on a tick."""
+        c = coming_switch(self.now(), self.schedule, self.override)
+        return (c.target, c.at) if c is not None else None
 
     def status(self) -> dict[str, Any]:
         with self._lock:

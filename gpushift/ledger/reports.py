@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..model import Outcome, SwitchRecord
+from ..model import HookOutcome, Outcome, SwitchRecord
 from .diff import describe_change, diff_records, is_launch, launch_argv, launch_facts, launch_info, sub
 from .reader import LedgerReader
 from .text import command_line, duration, for_terminal, local_time, md, one_line, short, size, stamp, table
@@ -30,6 +30,9 @@ __all__ = [
     "launch_facts",
     "list_items",
 ]
+
+#: The last lines of a hook's output ``ledger show`` prints (the row keeps 4000 characters).
+HOOK_OUTPUT_LINES = 10
 
 # --------------------------------------------------------------------------- the list
 
@@ -206,13 +209,39 @@ def format_record(rec: SwitchRecord, paint: Callable[[str], str] | None = None) 
             kv("log", log["error"])
         for line in log.get("lines") or []:
             lines.append(f"    | {line}")
-    shown = ("launch", "launch_error", "warmup", "evidence")
+    _hooks(rec.extra.get("hooks"), lines, kv)
+    shown = ("launch", "launch_error", "warmup", "evidence", "hooks")
     others = {k: v for k, v in rec.extra.items() if k not in shown}
     if others:
         lines.append("Other")
         for k, v in sorted(others.items()):
             kv(k, json.dumps(v, ensure_ascii=False, default=str))
     return "\n".join(lines) + "\n"
+
+
+def _hooks(hooks: Any, lines: list[str], kv: Callable[[str, Any], None]) -> None:
+    """The row's hook runs (``extra.hooks``): what ran, as whom, how it ended, its output's end."""
+    if not isinstance(hooks, list) or not hooks:
+        return
+    lines.append("Hooks")
+    for h in hooks:
+        if not isinstance(h, dict):
+            continue
+        seconds, status, argv = h.get("seconds"), h.get("exit_status"), h.get("argv")
+        seconds = seconds if isinstance(seconds, (int, float)) else 0.0
+        status = status if isinstance(status, int) else None
+        argv = [str(a) for a in argv] if isinstance(argv, list) else []
+        out = HookOutcome(
+            str(h.get("unit")), str(h.get("result")), status, "", float(seconds), h.get("error")
+        )
+        kv(
+            str(h.get("event")),
+            f"{command_line(argv)} as {h.get('user')}: {out.describe()} in {out.seconds:.2f} s",
+        )
+        # Its newlines reach here as the two characters backslash and n (for_terminal escaped them).
+        text = str(h.get("output") or "").replace("\\n", "\n")
+        for line in text.splitlines()[-HOOK_OUTPUT_LINES:]:
+            lines.append(f"    | {line}")
 
 
 # --------------------------------------------------------------------------- exports

@@ -318,12 +318,17 @@ def _wall(u: datetime, tz: ZoneInfo) -> datetime:
 def _prev_fire(e: Entry, tz: ZoneInfo, at: datetime) -> tuple[datetime, datetime] | None:
     """(instant, wall-clock time) of ``e``'s latest fire at or before ``at`` (UTC).
 
-    Of several wall-clock times firing at one instant (a gap), the latest is returned.
+    Of several wall-clock times firing at one instant (a gap), the latest is returned.  None near
+    the ends of what a datetime holds (year 1, year 9999) rather than an OverflowError.
     """
     try:
-        local = at.astimezone(tz)
+        return _prev_fire_within_range(e, tz, at)
     except OverflowError:
         return None
+
+
+def _prev_fire_within_range(e: Entry, tz: ZoneInfo, at: datetime) -> tuple[datetime, datetime] | None:
+    local = at.astimezone(tz)
     wall = local.replace(tzinfo=None, second=0, microsecond=0, fold=0)
     # In the second pass of a repeated hour, wall-clock times later than now already fired (at their
     # first occurrence): start beyond them and step back.
@@ -341,21 +346,19 @@ def _prev_fire(e: Entry, tz: ZoneInfo, at: datetime) -> tuple[datetime, datetime
 
 
 def _next_fire(e: Entry, tz: ZoneInfo, after: datetime) -> datetime | None:
-    """The instant of ``e``'s first fire strictly after ``after`` (UTC)."""
+    """The instant of ``e``'s first fire strictly after ``after`` (UTC); None when there is none
+    before the end of year 9999 (never an OverflowError)."""
     try:
         wall = after.astimezone(tz).replace(tzinfo=None, second=0, microsecond=0, fold=0)
+        w = _nearest_wall(e, wall + _MINUTE, forward=True)
+        while w is not None:
+            u = _to_utc(w, tz)
+            # Skips times whose first occurrence is already past (``after`` in a repeated hour).
+            if u > after:
+                return u
+            w = _nearest_wall(e, w + _MINUTE, forward=True)
     except OverflowError:
         return None
-    w = _nearest_wall(e, wall + _MINUTE, forward=True)
-    while w is not None:
-        try:
-            u = _to_utc(w, tz)
-        except OverflowError:
-            return None
-        # Skips times whose first occurrence is already past (``after`` in a repeated hour).
-        if u > after:
-            return u
-        w = _nearest_wall(e, w + _MINUTE, forward=True)
     return None
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..config import read_file
+from .. import textfile, validate
 from ..errors import ConfigError
 from ..model import OFF
 from .entry import Entry
@@ -97,13 +97,21 @@ def parse_schedule(
     first_line: int | None = None  # of the first entry or exception: TZ= must come before it
     entries: list[Entry] = []
     spans: list[Span] = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    # Lines end at a newline only (str.splitlines would also end one at a form feed or U+2028 and
+    # shift every line number after it); a CR before the newline is an editor's, not the line's.
+    for lineno, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r").strip()
         if not line or line.startswith("#"):
             continue
 
         def err(fld: str, msg: str, lineno: int = lineno) -> ConfigError:
             return ConfigError(f"{path}:{lineno}: {fld}: {msg}")
+
+        # A tab separates fields like a space; any other control or formatting character, or a
+        # line longer than LINE_MAX, cannot be part of an entry.
+        problem = validate.line_problem(line, LINE_MAX, tabs=True)
+        if problem is not None:
+            raise err("line", problem)
 
         setting = _SETTING.fullmatch(line)
         if setting:
@@ -150,9 +158,13 @@ def load_schedule(
     Raises:
         ConfigError: the file cannot be read, or it is invalid.
     """
-    raw = read_file(path, "schedule file", "set [daemon] schedule in the config")
-    # utf-8-sig: an editor's byte-order mark must not turn the first line into garbage.
-    return parse_schedule(raw.decode("utf-8-sig", errors="replace"), path, backends, default_tz)
+    # A regular file of at most 1 MiB, UTF-8 (an editor's byte-order mark skipped): gpushift.textfile.
+    text = textfile.read_text(path, "schedule file", "set [daemon] schedule in the config")
+    return parse_schedule(text, path, backends, default_tz)
+
+
+#: Longest line of a schedule outside comments.
+LINE_MAX = 1000
 
 
 def _zone(value: str, err: _ErrFactory) -> ZoneInfo:

@@ -23,9 +23,17 @@ from .steps import Steps
 
 
 def close(
-    steps: Steps, run: SwitchRun, rec: SwitchRecord, ok: bool, error: str | None = None
+    steps: Steps,
+    run: SwitchRun,
+    rec: SwitchRecord,
+    ok: bool,
+    error: str | None = None,
+    config: Config | None = None,
 ) -> SwitchResult:
-    """Complete the ledger row and turn it into the run's result."""
+    """Complete the ledger row and turn it into the run's result.  A row that ends failed, rolled
+    back or refused runs the ``on_failure`` hook first (with ``config``), so the row records it."""
+    if not ok and config is not None and steps.on_failure is not None:
+        steps.on_failure(run, config, rec)
     rec.finished_at = steps.ports.clock.now()
     steps.ports.ledger.finish(rec)
     return SwitchResult(
@@ -70,11 +78,11 @@ class FailurePolicy:
             rec.outcome = (Outcome.CANCELLED if f.cancelled else Outcome.FAILED).value
             was = ", ".join(run.stopping) if run.stopping else "nothing"
             rec.message = f"{f.message}; nothing was stopped ({was} still as before)"
-            return close(steps, run, rec, False, error)
+            return close(steps, run, rec, False, error, config)
         if f.phase is Phase.STOP:
             # The old backend may still run: touch nothing more, say so.
             rec.outcome = Outcome.FAILED.value
-            return close(steps, run, rec, False, error)
+            return close(steps, run, rec, False, error, config)
         previous = run.stopping[0] if run.stopping else None
         rollback = config.daemon.on_failure == "rollback" and previous is not None
         if rollback:
@@ -89,12 +97,12 @@ class FailurePolicy:
             except StepFailed as f2:
                 rec.outcome = Outcome.FAILED.value
                 rec.message = f"{f.message}; then {f2.message}"
-                return close(steps, run, rec, False, error)
+                return close(steps, run, rec, False, error, config)
         if not rollback or previous is None:
             rec.outcome = Outcome.FAILED.value
             why = "failure policy is 'stay'" if previous else "nothing ran before"
             rec.message = f"{f.message}; {why}: every backend stays stopped"
-            return close(steps, run, rec, False, error)
+            return close(steps, run, rec, False, error, config)
         return self._rollback(run, config, rec, f, previous, error)
 
     def _rollback(
@@ -126,8 +134,8 @@ class FailurePolicy:
                     steps.stop(run, config, prev)
                 except StepFailed as f3:
                     rec.message += f"; {f3.message}"
-            return close(steps, run, rec, False, error)
+            return close(steps, run, rec, False, error, config)
         rec.outcome = Outcome.ROLLED_BACK.value
         rec.message = f"{f.message}; rolled back: {previous} serves again"
         rollback["ok"] = True
-        return close(steps, run, rec, False, error)
+        return close(steps, run, rec, False, error, config)

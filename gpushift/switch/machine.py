@@ -24,11 +24,12 @@ from typing import Any
 
 from ..config import Config
 from ..errors import GpushiftError, NothingToCancel, SwitchFailed, SwitchInProgress, UnknownBackend
-from ..model import OFF, Caller, EventKind, Outcome, Phase, SwitchRecord, Trigger, UnitState
+from ..model import OFF, Caller, EventKind, HookEvent, Outcome, Phase, SwitchRecord, Trigger, UnitState
 from ..policy import running_backends
 from ..ports import Ports
 from . import records
 from .failure import FailurePolicy, close
+from .hooks import SwitchHooks
 from .preflight import Preflight, already_there
 from .run import Event, StepFailed, SwitchResult, SwitchRun
 from .steps import RunGuard, Steps
@@ -69,6 +70,8 @@ class Switcher:
         self.steps = Steps(self.ports, self._guard, self._report, self._beat)
         self.preflight = Preflight(self.steps, self.log, version)
         self.failure = FailurePolicy(self.steps, self.log)
+        self.hooks = SwitchHooks(self.steps, self.log)
+        self.steps.on_failure = self.hooks.on_failure
         self._run: SwitchRun | None = None
         self._worker: threading.Thread | None = None
         self._results: dict[str, SwitchResult] = {}
@@ -327,7 +330,7 @@ class Switcher:
             rec.failed_phase = Phase.PREFLIGHT.value
             rec.message = f"refused: {plan.refusal}"
             rec.id = self.ports.ledger.begin(rec)
-            return close(steps, run, rec, False, plan.refusal_error)
+            return close(steps, run, rec, False, plan.refusal_error, config)
 
         # --- intent row before anything is stopped
         self._report(run, Phase.INTENT, "ledger intent row")
@@ -339,6 +342,15 @@ class Switcher:
         target_cfg = plan.target
         try:
             steps.check_cancel(run, Phase.INTENT)  # a cancel during the preflight ends it here
+            # --- the before_stop hook (a required one that fails refuses: nothing stopped yet)
+            refusal = self.hooks.before_stop(run, config, rec)
+            steps.check_cancel(run, Phase.HOOKS)
+            if refusal is not None:
+                rec.outcome = Outcome.REFUSED.value
+                rec.failed_phase = Phase.HOOKS.value
+                rec.message = f"refused: {refusal}"
+                self.log.warning("switch_refused_by_hook", ticket=run.ticket, message=rec.message)
+                return close(steps, run, rec, False, SwitchFailed.dbus_name(), config)
             # --- drain
             t0 = clock.monotonic()
             drains = [steps.drain(run, config, config.backends[b]) for b in plan.to_stop]
@@ -380,6 +392,9 @@ class Switcher:
                 t0 = clock.monotonic()
                 steps.record_launch(rec, target_cfg, st)
                 rec.durations_s["version"] = round(clock.monotonic() - t0, 3)
+                # --- the after_ready hook, before the row is closed (a cancel during it: rollback)
+                self.hooks.run(HookEvent.AFTER_READY, run, config, rec, f"{target} is serving")
+                steps.check_cancel(run, Phase.HOOKS)
         except StepFailed as f:
             return self.failure.handle(run, config, rec, f, target_cfg)
         except GpushiftError as e:  # an adapter said no (systemd refused a job, ...)

@@ -46,6 +46,9 @@ def ready_interval(config: Config, waited_s: float) -> float:
 #: How a step reports progress: (run, phase, one line for a person).
 Report = Callable[[SwitchRun, Phase, str], None]
 
+#: The ``on_failure`` hook of a row that ends badly (``switch/hooks.py``), run as the row closes.
+OnFailure = Callable[[SwitchRun, Config, SwitchRecord], None]
+
 
 class RunGuard:
     """The lock around the run in flight, and the changes other threads make to it: a person's
@@ -88,6 +91,7 @@ class Steps:
         self.guard = guard
         self.report = report
         self.beat = beat
+        self.on_failure: OnFailure | None = None  # set by the Switcher
 
     # ------------------------------------------------------------------ reads
 

@@ -14,9 +14,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,3 +187,69 @@ def fifos(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     finally:
         for p in made:
             release_fifo(p)
+
+
+class Served:
+    """A real :class:`SwitcherService` published on a private bus, its GLib loop on a thread."""
+
+    def __init__(self, address: str, service: Any, bus: Any, loop: Any, thread: threading.Thread) -> None:
+        self.address = address
+        self.service = service
+        self.bus = bus
+        self.loop = loop
+        self.thread = thread
+        self.busctl = [f"--address={address}"]  # for tests.support.busctl
+
+    def on_loop(self, fn: Callable[[], Any], timeout_s: float = 10) -> Any:
+        """Run ``fn`` on the service's loop thread (where the daemon runs it) and return its result."""
+        from gi.repository import GLib
+
+        done = threading.Event()
+        box: list[Any] = []
+
+        def run() -> bool:
+            try:
+                box.append(fn())
+            finally:
+                done.set()
+            return False
+
+        GLib.idle_add(run)
+        assert done.wait(timeout_s), "the service's loop did not run the call"
+        return box[0] if box else None
+
+
+@pytest.fixture
+def serve(start_bus: Callable[[], str]) -> Iterator[Callable[..., Served]]:
+    """``serve(backend, cls=SwitcherService)`` publishes the service over ``backend`` (the daemon's
+    side, a fake) on a private bus of its own, with a GLib main loop on a thread; everything is
+    unpublished, stopped and closed afterwards (the bus by PID, through ``procs``)."""
+    from gi.repository import GLib
+
+    from gpushift.adapters import dbus_service
+    from gpushift.adapters.bus import connect
+
+    served: list[tuple[Served, Any]] = []
+
+    def start(backend: Any, cls: Any = None) -> Served:
+        address = start_bus()
+        bus = connect("session", address)
+        service = (cls or dbus_service.SwitcherService)(bus, backend, allowed_group="root")
+        publication = dbus_service.publish(bus, service)
+        loop = GLib.MainLoop()
+        thread = threading.Thread(target=loop.run, name="dbus-loop", daemon=True)
+        thread.start()
+        s = Served(address, service, bus, loop, thread)
+        served.append((s, publication))
+        return s
+
+    try:
+        yield start
+    finally:
+        for s, publication in served:
+            with contextlib.suppress(Exception):
+                s.on_loop(publication.unpublish)
+            s.loop.quit()
+            s.thread.join(timeout=10)
+            with contextlib.suppress(Exception):
+                s.bus.con.close_sync(None)

@@ -7,7 +7,8 @@ arguments), so a test can tell whether a call reached the service and who the se
 
 ``probe METHOD [ARG...]``: a plain pydbus client on the same bus; prints one JSON object with the
 result, or the D-Bus error name the client saw (``Gio.DBusError.get_remote_error``) and its message.
-``METHOD`` may be ``Introspect`` (org.freedesktop.DBus.Introspectable on the object).
+``METHOD`` may be ``Introspect`` (org.freedesktop.DBus.Introspectable on the object); ``SwitchTo``
+takes the backend and sends no options.
 
 Run as a script (``python dbus_policy_helper.py ...``) so that it can be started under setpriv.
 """
@@ -93,6 +94,16 @@ class StubBackend:
         self._record("reload", caller)
         return "stub-reloaded"
 
+    def property_values(self) -> dict[str, Any]:
+        return {
+            "ActiveBackend": STUB_STATUS["active"],
+            "Mode": "manual",
+            "SwitchInProgress": False,
+            "Phase": "",
+            "NextSwitch": ("", 0),
+            "Backends": ["alpha", "beta"],
+        }
+
 
 def serve(record_path: str) -> int:
     """Publish the service on the system bus of this environment; run until SIGTERM."""
@@ -128,6 +139,8 @@ def probe(method: str, args: list[str]) -> int:
         proxy = bus.get(BUS_NAME, OBJECT_PATH, timeout=10)
         if method == "Introspect":
             value = proxy["org.freedesktop.DBus.Introspectable"].Introspect()
+        elif method == "SwitchTo":
+            value = proxy.SwitchTo(args[0], {}, timeout=10)
         else:
             value = getattr(proxy, method)(*args, timeout=10)
         print(json.dumps({"ok": True, "value": value}))

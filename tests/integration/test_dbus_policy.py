@@ -341,6 +341,7 @@ def test_policy_anyone_may_introspect_and_read_status_from_the_daemon(system_bus
     [
         ("Switch", ("alpha", "r")),
         ("SwitchWithOptions", ("alpha", "{}")),
+        ("SwitchTo", ("alpha",)),
         ("Cancel", ()),
         ("Resume", ()),
         ("Reload", ()),
@@ -353,6 +354,41 @@ def test_policy_non_member_is_refused_by_the_bus_itself(
     assert not got["ok"], got
     assert got["error"] == BUS_DENIED, got
     assert system_bus.calls() == []  # the call never reached the service
+
+
+def test_policy_anyone_may_read_the_properties_with_busctl(system_bus: PolicyBus) -> None:
+    """busctl as user nobody: every property readable, one by one and all at once."""
+    _require(shutil.which("busctl") is not None, "busctl (systemd)")
+    where = [f"--address={system_bus.address}"]
+    obj = ["org.gpushift.Switcher1", "/org/gpushift/Switcher1", "org.gpushift.Switcher1"]
+
+    def busctl(*args: str) -> Run:
+        p = subprocess.run(
+            [*AS_NOBODY, "busctl", *where, *args],
+            capture_output=True,
+            text=True,
+            env=system_bus.env(),
+            timeout=60,
+        )
+        return Run(p.returncode, p.stdout, p.stderr)
+
+    r = busctl("get-property", *obj, "ActiveBackend", "Backends", "NextSwitch")
+    assert r.rc == 0, f"{r}\n{system_bus.logs()}"
+    assert r.out.splitlines() == ['s "stub-marker-backend"', 'as 2 "alpha" "beta"', '(st) "" 0']
+    r = busctl("introspect", *obj)  # reads every property's value (GetAll)
+    assert r.rc == 0, r
+    assert ".Mode" in r.out and '"manual"' in r.out, r.out
+    r = busctl("call", *obj, "SwitchTo", "sa{sv}", "alpha", "0")
+    assert r.rc != 0 and "denied" in r.err.lower(), r
+    assert system_bus.calls() == []
+
+
+def test_policy_member_may_call_switch_to(system_bus: PolicyBus, as_member: list[str]) -> None:
+    got = system_bus.probe("SwitchTo", "alpha", prefix=as_member)
+    assert got["ok"], got
+    assert [(c["method"], c["backend"], c["uid"], c["options"]) for c in system_bus.calls()] == [
+        ("switch", "alpha", NOBODY, {"reason": ""})
+    ]
 
 
 def test_policy_non_member_cli_switch_exits_5_with_the_bus_refusal(system_bus: PolicyBus) -> None:

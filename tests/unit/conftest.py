@@ -68,3 +68,9 @@ def world(make_world: Callable[..., Any]) -> Any:
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture(name="fakes")
+def fakes_module() -> ModuleType:
+    """The fakes module itself (for a fake a test plugs in, e.g. ``fakes.FakeHookRunner``)."""
+    return fakes

@@ -26,6 +26,8 @@ from gpushift.model import (
     GpuReading,
     Health,
     Holder,
+    HookOutcome,
+    HookSpec,
     HostGpuFacts,
     JobResult,
     Outcome,
@@ -732,6 +734,40 @@ class FakeHost:
     def unit_log(self, unit: str, lines: int) -> dict[str, Any]:
         self.log.add("host.unit_log", unit)
         return {"source": "journal", "lines": self.unit_logs.get(unit, [])[-lines:]}
+
+
+class FakeHookRunner:
+    """The HookRunner port: each run recorded (its spec); per program an exit status and output,
+    or ``hang``: it runs until cancelled or its timeout passes (fake time, the heartbeat beating)."""
+
+    def __init__(self, log: EventLog, clock: FakeClock) -> None:
+        self.log = log
+        self.clock = clock
+        self.specs: list[HookSpec] = []
+        self.exit: dict[str, int] = {}
+        self.output: dict[str, str] = {}
+        self.hang: set[str] = set()
+        self.beats = 0
+
+    def run(self, spec: HookSpec, cancelled: Callable[[], bool], beat: Callable[[], None]) -> HookOutcome:
+        program = spec.argv[0]
+        self.specs.append(spec)
+        self.log.add("hook.run", spec.env.get("GPUSHIFT_EVENT", ""), program)
+        out = self.output.get(program, "")
+        if program in self.hang:
+            t0 = self.clock.monotonic()
+            while not cancelled():
+                beat()
+                self.beats += 1
+                self.clock.sleep(0.5)
+                if self.clock.monotonic() - t0 >= spec.timeout_s:
+                    return HookOutcome(spec.name, "timeout", None, out, self.clock.monotonic() - t0)
+            return HookOutcome(spec.name, "cancelled", None, out, self.clock.monotonic() - t0)
+        status = self.exit.get(program, 0)
+        return HookOutcome(spec.name, "success" if status == 0 else "exit-code", status, out, 0.25)
+
+    def events(self) -> list[str]:
+        return [s.env["GPUSHIFT_EVENT"] for s in self.specs]
 
 
 # --------------------------------------------------------------------------- the world

@@ -138,7 +138,7 @@ def test_schedule_cli_listing_fails_on_a_broken_config(tmp_path: Path) -> None:
     cfg.write_text("[daemon\n", encoding="utf-8")
     r = run(cfg)
     assert r.exit_code == 2
-    assert f"{cfg}: not valid TOML" in r.stderr
+    assert f"{cfg}:1:8: not valid TOML" in r.stderr
 
 
 def test_schedule_cli_empty_schedule_says_it_never_switches(files: tuple[Path, Path]) -> None:

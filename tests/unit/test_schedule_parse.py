@@ -303,7 +303,7 @@ def test_schedule_load_reads_the_file_and_names_it_in_errors(tmp_path: Path) -> 
     s = load_schedule(str(p), backends={"vllm"})
     assert str(s.tz) == "Asia/Tokyo" and s.entries[0].target == "vllm"
     p.write_bytes(b"TZ=UTC\n0 8 * * * v\xffllm\n")
-    with pytest.raises(ConfigError, match=re.escape(f"{p}:2: backend: ")):
+    with pytest.raises(ConfigError, match=re.escape(f"{p}:2: not UTF-8: byte 0xff at offset 18")):
         load_schedule(str(p), backends={"vllm"})
 
 
