@@ -67,7 +67,7 @@ def test_soak_keeps_every_invariant_through_random_events(soak_root):
         reconcile_interval_s=2,
         simulated_release_delay_s=0.5,
         release_timeout_s=5,
-        daemon_lines=["sample_interval_s = 0.5", "max_attempts = 1000", "retry_after_s = 2"],
+        daemon_lines=["sample_interval_s = 0.5", "max_attempts = 100", "retry_after_s = 2"],
     )
     env.conflicts = False
     env.state_dir = state
