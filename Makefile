@@ -115,12 +115,14 @@ bench: venv
 	$(PY) bench/status.py
 	$(PY) bench/status.py --cold
 	$(PY) bench/footprint.py
+	$(PY) bench/prewarm.py
 
 bench-smoke: venv
 	$(PY) bench/ledger_list.py --smoke
 	$(PY) bench/switch_overhead.py --smoke --start-delay 0
 	$(PY) bench/status.py --smoke
 	$(PY) bench/status.py --smoke --cold
+	$(PY) bench/prewarm.py --smoke
 	$(PY) bench/footprint.py --smoke
 
 bench-gpu:

@@ -66,6 +66,12 @@ _BACKEND_KEYS = ("backend", "to", "target")
 _NOT_FIELDS = frozenset({"event", "level", "timestamp"})
 
 
+def set_level(level: str) -> None:
+    """Log from ``level`` up from now on (a reload's ``[daemon] log_level``), keeping the rest of
+    the configuration :func:`setup` made."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)))
+
+
 def setup(level: str = "info", stream: TextIO | None = None, journal_socket: str | None = None) -> Any:
     """Configure structlog for the daemon and return its logger.
 

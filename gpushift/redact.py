@@ -97,6 +97,17 @@ def redact_url(text: str) -> str:
     return _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text) if "@" in text else text
 
 
+def url_origin(url: str) -> str:
+    """A URL as it may be shown: scheme and host (and port) only, the rest masked —
+    ``https://bot:pw@chat.example/hooks/T0KEN`` → ``https://chat.example/***``.  The path of a
+    chat's incoming webhook is its credential, and user:password never shows."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return MASK
+    host = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rpartition("@")[2]
+    return f"{scheme}://{host}/{MASK}"
+
+
 def redact_argv(argv: Sequence[str], how: How = "mask") -> list[str]:
     """The argv with credentials hidden: the values of credential options (``--api-key X``,
     ``--hf-token=X``), of credential variables set on the command line (``env HF_TOKEN=X vllm``),

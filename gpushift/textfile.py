@@ -21,6 +21,7 @@ import stat
 import sys
 from typing import Any
 
+from . import validate
 from .errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -104,6 +105,9 @@ def parse_toml(text: str, path: str) -> dict[str, Any]:
         ConfigError: ``path:LINE:COL: not valid TOML: ...`` (``path:1:1:`` where the parser
             names no place: nesting too deep, an integer too long).
     """
+    too_deep = validate.nesting_problem(text, comments=True)
+    if too_deep is not None:
+        raise ConfigError(f"{path}:1:1: not valid TOML: {too_deep}")
     try:
         data: dict[str, Any] = tomllib.loads(text)
         return data

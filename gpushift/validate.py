@@ -158,6 +158,41 @@ def unit_problem(unit: str) -> str | None:
     return None
 
 
+#: Deepest nesting of brackets a JSON or TOML text from outside may have: checked before it is
+#: parsed, so the parser never recurses into a RecursionError (caught, it can still leave the
+#: interpreter unsettled).
+NESTING_MAX = 64
+
+
+def nesting_problem(text: str, limit: int = NESTING_MAX, comments: bool = False) -> str | None:
+    """Why ``text`` (JSON, or TOML with ``comments``) nests ``[``/``{`` deeper than ``limit``, or
+    None.  Brackets inside strings (``"..."`` with escapes, TOML's ``'...'``) and comments do not
+    count; the text need not be valid."""
+    depth = 0
+    quote = ""
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c == '"' or (c == "'" and comments):
+            quote = c
+        elif c == "#" and comments:
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return f"nested deeper than {limit} levels"
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return None
+
+
 def options_json(text: Any) -> dict[str, Any]:
     """The options object of ``SwitchWithOptions`` (``""``: none), checked by :func:`switch_options`."""
     if not isinstance(text, str):
@@ -166,10 +201,11 @@ def options_json(text: Any) -> dict[str, Any]:
         return {}
     if len(text) > OPTIONS_MAX:
         raise InvalidArgument(f"options: longer than {OPTIONS_MAX} characters ({len(text)})")
+    too_deep = nesting_problem(text)
+    if too_deep is not None:
+        raise InvalidArgument(f"options: {too_deep}")
     try:
         value = json.loads(text)
-    except RecursionError:
-        raise InvalidArgument("options: nested too deeply") from None
     except ValueError as e:
         raise InvalidArgument(f"options are not valid JSON: {e}") from None
     if not isinstance(value, dict):

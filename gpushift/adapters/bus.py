@@ -34,8 +34,11 @@ def connect(kind: str, address: str | None = None, *, error: type[GpushiftError]
     """
     if kind not in ("system", "session"):
         raise ValueError(f"bus must be 'system' or 'session', not {kind!r}")
-    import pydbus
-    from gi.repository import GLib
+    try:
+        import pydbus
+        from gi.repository import GLib
+    except ImportError as e:  # a host without them (a GPU test box): say so, as for a missing bus
+        raise error(f"cannot reach the {kind} bus: pydbus/PyGObject are not installed ({e})") from None
 
     try:
         if address is None and kind == "session":

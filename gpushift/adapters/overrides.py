@@ -16,6 +16,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from .. import validate
 from ..keeper import Override
 from . import safefile
 
@@ -46,9 +47,11 @@ class JsonOverrideStore:
         except OSError as e:
             return self._ignore(f"cannot read it: {e.strerror or e}")
         try:
-            data = json.loads(raw.decode("utf-8"))
-        except RecursionError:
-            return self._ignore("not valid JSON: nested too deeply")
+            text = raw.decode("utf-8")
+            too_deep = validate.nesting_problem(text)
+            if too_deep is not None:
+                return self._ignore(f"not valid JSON: {too_deep}")
+            data = json.loads(text)
         except ValueError as e:  # UnicodeDecodeError included
             return self._ignore(f"not valid JSON: {e}")
         if data == {}:

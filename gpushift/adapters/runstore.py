@@ -31,7 +31,7 @@ class JsonRunStore:
         errors = []
         for i, path in enumerate(self.paths):
             try:
-                _write_atomic(path, data)
+                write_atomic(path, data)
             except OSError as e:
                 errors.append(f"{path}: {e.strerror or e}")
                 continue
@@ -60,7 +60,8 @@ class JsonRunStore:
                 os.unlink(path)
 
 
-def _write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes) -> None:
+    """tmp + fsync + rename + fsync(dir), the directory made if missing (mode 0750)."""
     d = os.path.dirname(path) or "."
     os.makedirs(d, mode=0o750, exist_ok=True)
     tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp")

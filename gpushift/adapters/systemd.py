@@ -57,6 +57,16 @@ def _is_glib_error(e: BaseException) -> bool:
     return isinstance(e, GLib.Error)
 
 
+#: The properties :meth:`SystemdUnits.state` reads (of the Unit and the Service interface).
+_UNIT_KEYS = frozenset({"LoadState", "ActiveState", "SubState", "FragmentPath", "DropInPaths", "Conflicts"})
+_SERVICE_KEYS = frozenset({
+    "ExecStart", "Result", "MainPID", "Environment", "WorkingDirectory", "User", "KillMode", "SendSIGKILL",
+    "TimeoutStopUSec", "ExecMainStartTimestamp", "ExecMainCode", "ExecMainStatus", "NRestarts",
+})  # fmt: skip
+_EXIT_KEYS = frozenset({"InactiveExitTimestampMonotonic"})
+_TRANSIENT_KEYS = frozenset({"Result", "ExecMainCode", "ExecMainStatus"})  # fmt: skip
+
+
 class _JobWaiter:
     """JobRemoved signals delivered to a private main context that only the calling thread iterates."""
 
@@ -131,6 +141,11 @@ class SystemdUnits:
         self._lock = threading.Lock()
         self._manager: Any = None
         self._subscribed = False
+        # unit name -> its object path (LoadUnit's answer, stable while systemd runs; asked again
+        # when a read through it fails) and the GetAll argument per interface: a readiness wait
+        # reads its unit every poll, and the proxy call and argument building were most of a read.
+        self._paths: dict[str, str] = {}
+        self._getall_args: dict[str, Any] = {}
         # The jobs gpushift itself queued (recent ones): the job watch tells a person's from ours.
         self.own_jobs: collections.deque[str] = collections.deque(maxlen=256)
 
@@ -165,24 +180,38 @@ class SystemdUnits:
                 raise self._error(what, unit, e) from e
             raise
 
-    def _get_all(self, path: str, iface: str, unit: str) -> dict[str, Any]:
+    def _get_all(self, path: str, iface: str, unit: str, keys: frozenset[str]) -> dict[str, Any]:
+        """The properties ``keys`` of ``iface`` on ``path``, in one GetAll.
+
+        Only those are unpacked (looked up in C): unpacking all of a service's ~250 properties in
+        Python made each read cost about 10 ms, and the readiness wait reads its unit every poll.
+        """
         from gi.repository import GLib
 
+        args = self._getall_args.get(iface)
+        if args is None:
+            args = self._getall_args[iface] = (GLib.Variant("(s)", (iface,)), GLib.VariantType.new("(a{sv})"))
         try:
             reply = self._con.call_sync(
                 SYSTEMD_BUS_NAME,
                 path,
                 PROPS_IFACE,
                 "GetAll",
-                GLib.Variant("(s)", (iface,)),
-                GLib.VariantType.new("(a{sv})"),
+                args[0],
+                args[1],
                 0,
                 int(self._call_timeout_s * 1000),
                 None,
             )
         except GLib.Error as e:
             raise self._error("read the properties of", unit, e) from e
-        return dict(reply.unpack()[0])
+        props = reply.get_child_value(0)
+        out: dict[str, Any] = {}
+        for key in keys:
+            value = props.lookup_value(key, None)
+            if value is not None:
+                out[key] = value.unpack()
+        return out
 
     def _job_exists(self, job: str, unit: str) -> bool:
         from gi.repository import GLib
@@ -235,10 +264,19 @@ class SystemdUnits:
         Raises:
             SystemdError: systemd cannot be asked, or the name is not a valid unit name.
         """
-        mgr = self._mgr()
-        path = self._call("load", unit, mgr.LoadUnit, unit)
-        u = self._get_all(path, UNIT_IFACE, unit)
-        s = self._get_all(path, SERVICE_IFACE, unit) if unit.endswith(".service") else {}
+        path = self._paths.get(unit)
+        try:
+            if path is None:
+                path = self._unit_path(unit)
+            u = self._get_all(path, UNIT_IFACE, unit, _UNIT_KEYS)
+            s = self._get_all(path, SERVICE_IFACE, unit, _SERVICE_KEYS) if unit.endswith(".service") else {}
+        except SystemdError:
+            if unit not in self._paths:
+                raise
+            self._paths.pop(unit, None)  # a path remembered from before: ask LoadUnit once more
+            path = self._unit_path(unit)
+            u = self._get_all(path, UNIT_IFACE, unit, _UNIT_KEYS)
+            s = self._get_all(path, SERVICE_IFACE, unit, _SERVICE_KEYS) if unit.endswith(".service") else {}
         exec_start: tuple[str, ...] = ()
         commands = s.get("ExecStart") or []
         if commands:
@@ -374,9 +412,15 @@ class SystemdUnits:
             if waiter is not None:
                 waiter.close()
 
+    def _unit_path(self, unit: str) -> str:
+        """LoadUnit (loads the unit file if systemd has not yet): the unit's object path, remembered."""
+        path = str(self._call("load", unit, self._mgr().LoadUnit, unit))
+        self._paths[unit] = path
+        return path
+
     def _inactive_exit(self, unit: str) -> int:
         path = self._call("load", unit, self._mgr().LoadUnit, unit)
-        return int(self._get_all(path, UNIT_IFACE, unit).get("InactiveExitTimestampMonotonic", 0))
+        return int(self._get_all(path, UNIT_IFACE, unit, _EXIT_KEYS).get("InactiveExitTimestampMonotonic", 0))
 
     def _infer(self, verb: str, unit: str, before: int) -> str:
         """The job's result from the unit's state, when its JobRemoved was not seen.
@@ -478,11 +522,11 @@ class SystemdUnits:
         deadline = time.monotonic() + _TRANSIENT_STOP_S
         while True:
             beat()
-            unit = self._get_all(path, UNIT_IFACE, name)
+            unit = self._get_all(path, UNIT_IFACE, name, frozenset({"ActiveState"}))
             if str(unit.get("ActiveState")) in ("inactive", "failed") or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
-        svc = self._get_all(path, SERVICE_IFACE, name)
+        svc = self._get_all(path, SERVICE_IFACE, name, _TRANSIENT_KEYS)
         try:
             self._bus.get(SYSTEMD_BUS_NAME, path)[UNIT_IFACE].Unref(timeout=self._call_timeout_s)
         except Exception as e:

@@ -419,7 +419,7 @@ def switch(
       gpushift switch llama --when-idle
       gpushift switch off --no-wait   # print the ticket and return
     """
-    from ..adapters.client import Client
+    from ..adapters import lightclient
 
     if hold and until:
         raise click.UsageError("--hold and --until exclude each other (hold lasts until `gpushift resume`)")
@@ -446,7 +446,7 @@ def switch(
 
     try:
         cfg = _config(ctx)
-        result = Client(cfg.daemon.bus).switch(backend, options, on_progress=progress, wait=not no_wait)
+        result = lightclient.switch(cfg.daemon.bus, backend, options, on_progress=progress, wait=not no_wait)
     except GpushiftError as e:
         if as_json:
             say_json(json.dumps({"ok": False, "error": e.dbus_name(), "message": redact.redact_text(str(e))}))

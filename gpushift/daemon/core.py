@@ -30,6 +30,7 @@ from ..switch import Event, Switcher
 from . import exporter, properties
 from .clockwork import Clockwork
 from .lookahead import LookAhead
+from .notices import Notices
 from .prewarming import Prewarming
 from .settings import load_schedule_of, parse_until, reloadable, watch_settings
 from .watch import BackendWatcher
@@ -101,6 +102,14 @@ class Daemon:
         )
         self.lookahead.add(self.prewarming.consumer())
         self.switcher.preflight.row_facts.append(self.prewarming.row_facts)
+        from ..adapters.webhook import WebhookSender
+
+        self.webhook = WebhookSender(lambda: self.config.notify, self.config.daemon.state_dir, self.log)
+        self.notices = Notices(
+            lambda: self.config, self.webhook, ports.hooks, ports.ledger, ports.clock.now, self.log
+        )
+        for consumer in self.notices.consumers():  # the before_boundary hook and the webhook's notice
+            self.lookahead.add(consumer)
         self.clockwork = Clockwork(
             self.keeper,
             lambda: self.config.daemon.reconcile_interval_s,
@@ -162,6 +171,7 @@ class Daemon:
         c = self.components
         out = wiring.compose_status(self.config, self.sampler.snapshot(), now, daemon, c.ledger_view())
         out.update(self.keeper.status())
+        out["notices"] = self.notices.status(self.lookahead.status())
         masked: dict[str, Any] = redact.redact_tree(out)
         return masked
 
@@ -243,6 +253,10 @@ class Daemon:
 
         if ev.result is not None:
             self._sample_after_switch()
+            try:
+                self.notices.finished(ev.result)  # the webhook's document, queued on disk
+            except Exception as e:  # a listener must not fail the switch's end
+                self.log.error("webhook_enqueue_failed", error=repr(e))
 
         def emit() -> bool:
             svc = self._service
@@ -319,12 +333,15 @@ class Daemon:
         try:
             new = config_mod.load(self.config_path)
             new_schedule = load_schedule_of(new)
-            reloadable(self.config, new)
+            applied = reloadable(self.config, new)
         except ConfigError as e:
             self.reload_error = str(e)
             self.log.error("reload_rejected", error=str(e), detail="the old config stays in force")
             self.notify.ready()
             raise
+        from .. import logs
+
+        logs.set_level(new.daemon.log_level)
         self.config = new
         self.components.config = new
         self.switcher.reconfigure(new)
@@ -337,12 +354,13 @@ class Daemon:
         self.watcher.keep_units_loaded(new)
         self.reload_error = None
         self.reloaded_at = datetime.now(timezone.utc)
-        self.log.info("reloaded", why=why, config=self.config_path)
+        self.log.info("reloaded", why=why, config=self.config_path, applied=applied)
         self.notify.ready()
         self.clockwork.tick(Trigger.RECONCILE)
         self._update_status_line()
         where = f" and {new_schedule.path}" if new_schedule else ""
-        return f"reloaded {self.config_path}{where}"
+        keys = f"; applied: {', '.join(applied)}" if applied else "; no key changed"
+        return f"reloaded {self.config_path}{where}{keys}"
 
     def _watchdog(self) -> bool:
         """Runs on the loop thread (so the loop is alive); also proves the switch worker is."""
@@ -385,6 +403,7 @@ class Daemon:
             self.sampler.stop()
             return 1
         self.metrics = exporter.start(self)  # /metrics and the textfile, on threads of their own
+        self.webhook.start()  # only the daemon that owns the bus name delivers the queue
         self._loop = GLib.MainLoop()
         GLib.timeout_add(1000, self._service.announce)  # property changes no event announced
         self.watcher.start_jobwatch()
@@ -419,6 +438,7 @@ class Daemon:
         self.sampler.stop()
         self.clockwork.stop()
         self.prewarming.stop()  # end the pre-warm readers this daemon started
+        self.webhook.stop()  # what is still queued is delivered by the next daemon
         self.notify.stopping()
         self.log.info("daemon_stopping", detail="backends are left as they are")
         return 0

@@ -31,26 +31,59 @@ def load_schedule_of(config: config_mod.Config) -> Schedule | None:
     return load_schedule(path, backends=set(config.backends))
 
 
-def reloadable(old: config_mod.Config, new: config_mod.Config) -> None:
-    """Refuse a reload that changes what was built at start (bus, GPU provider, paths)."""
-    changed = [
-        key
-        for key, a, b in (
-            ("daemon.bus", old.daemon.bus, new.daemon.bus),
-            ("daemon.state_dir", old.daemon.state_dir, new.daemon.state_dir),
-            ("daemon.runtime_dir", old.daemon.runtime_dir, new.daemon.runtime_dir),
-            ("gpu", old.gpu, new.gpu),
-            ("metrics", old.metrics, new.metrics),  # the listener and the textfile are set up at start
-        )
-        if a != b
-    ]
+#: What a reload applies: every key of these tables (a backend's table counts as one key,
+#: ``backends.NAME``).  ``log_level`` through ``logs.set_level``, the switcher's, sampler's,
+#: keeper's and clockwork's settings through their ``reconfigure``/``configure``, ``allowed_group``
+#: on the D-Bus service, hooks and notify at the next event.
+ON_RELOAD = frozenset(
+    {
+        *(f"daemon.{k}" for k in config_mod.DaemonConfig.__dataclass_fields__),
+        "backends.*",
+        "hooks.*",
+        "notify.*",
+    }
+    - {"daemon.bus", "daemon.state_dir", "daemon.runtime_dir"}
+)
+#: What needs ``systemctl restart gpushift``: what was built at start (the bus connection, the
+#: ledger and spool paths, the GPU provider, the metrics listener and textfile).
+ON_RESTART = frozenset({"daemon.bus", "daemon.state_dir", "daemon.runtime_dir", "gpu.*", "metrics.*"})
+
+
+def flat(config: config_mod.Config) -> dict[str, Any]:
+    """Every key of ``config`` by its dotted name (a backend's whole table under ``backends.NAME``)."""
+    out: dict[str, Any] = {}
+    for table in ("daemon", "gpu", "metrics", "hooks", "notify"):
+        section = getattr(config, table)
+        for key in type(section).__dataclass_fields__:
+            out[f"{table}.{key}"] = getattr(section, key)
+    for name, b in config.backends.items():
+        out[f"backends.{name}"] = b
+    return out
+
+
+def needs_restart(key: str) -> bool:
+    """Whether a change of ``key`` (a dotted name from :func:`flat`) needs a restart."""
+    return key in ON_RESTART or f"{key.split('.')[0]}.*" in ON_RESTART
+
+
+def reloadable(old: config_mod.Config, new: config_mod.Config) -> list[str]:
+    """The keys a reload from ``old`` to ``new`` changes (all of them applied by a reload).
+
+    Raises:
+        ConfigError: naming every changed key that needs a restart (what was built at start: the
+            bus, the paths, the GPU provider, the metrics outputs); the old config stays in force.
+    """
+    before, after = flat(old), flat(new)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    restart = [k for k in changed if needs_restart(k)]
     if old.gpu.provider == "simulated" and dict(old.backends) != dict(new.backends):
-        changed.append("backends (the simulated GPUs attribute memory by backend)")
-    if changed:
+        restart.append("backends (the simulated GPUs attribute memory by backend)")
+    if restart:
         raise ConfigError(
-            f"{new.path}: {', '.join(changed)} changed: that needs `systemctl restart gpushift` "
+            f"{new.path}: {', '.join(restart)} changed: that needs `systemctl restart gpushift` "
             "(a reload keeps them); the old config stays in force"
         )
+    return changed
 
 
 def parse_until(text: str, tz: Any) -> datetime:

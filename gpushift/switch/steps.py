@@ -28,6 +28,8 @@ READY_FAST_S = 2.0
 
 #: Each readiness poll's own deadline: a loading server answers (or refuses) at once.
 HEALTH_TIMEOUT_S = 1.0
+#: How often the readiness wait asks systemd about the starting unit (an exit is noticed this soon).
+UNIT_CHECK_INTERVAL_S = 0.25
 
 
 def ready_interval(config: Config, waited_s: float) -> float:
@@ -237,21 +239,30 @@ class Steps:
     def wait_ready(
         self, run: SwitchRun, config: Config, b: BackendConfig, durations: dict[str, float]
     ) -> None:
-        """Poll the health URL until 200, watching the unit: an exit is noticed at the next poll."""
+        """Poll the health URL until 200, watching the unit: an exit is noticed within
+        ``UNIT_CHECK_INTERVAL_S`` (the unit is read that often, and once more when health answers 200,
+        so a 200 from anything but a running unit is never taken; systemd's answer costs several
+        times a health request, which is polled every ``fast_poll_interval_s``)."""
         clock = self.ports.clock
         self.report(run, Phase.READY, f"waiting for {b.health_url}")
         t0 = clock.monotonic()
         last = ""
+        checked = float("-inf")
         while True:
-            st = self.ports.units.state(b.unit)
-            # A unit with Restart= that crashed sits in activating/auto-restart: an exit too.
-            if st.active_state in ("failed", "inactive", "deactivating") or st.sub_state == "auto-restart":
-                raise StepFailed(
-                    Phase.READY,
-                    f"{b.unit} exited while starting: {st.active_state}/{st.sub_state}, Result={st.result}",
-                    systemd_result=st.result,
-                )
             h = self.ports.probe.health(b.health_url, HEALTH_TIMEOUT_S)
+            if h.ok or clock.monotonic() - checked >= UNIT_CHECK_INTERVAL_S:
+                checked = clock.monotonic()
+                st = self.ports.units.state(b.unit)
+                # A unit with Restart= that crashed sits in activating/auto-restart: an exit too.
+                if (
+                    st.active_state in ("failed", "inactive", "deactivating")
+                    or st.sub_state == "auto-restart"
+                ):
+                    raise StepFailed(
+                        Phase.READY,
+                        f"{b.unit} exited while starting: {st.active_state}/{st.sub_state}, Result={st.result}",
+                        systemd_result=st.result,
+                    )
             if h.ok:
                 durations["ready"] = round(clock.monotonic() - t0, 3)
                 self.report(run, Phase.READY, f"{b.name} is ready ({clock.monotonic() - t0:.1f}s)")

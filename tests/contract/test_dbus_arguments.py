@@ -41,6 +41,11 @@ class _Daemon:
         self.switches.append((backend, options))
         return "t-1"
 
+    def property_values(self) -> dict[str, Any]:
+        from gpushift.adapters.dbus_service import PROPERTY_DEFAULTS
+
+        return dict(PROPERTY_DEFAULTS)
+
 
 def call(method: str, *args: Any) -> tuple[str | None, str, _Daemon]:
     """(D-Bus error name or None, message or ticket, the daemon)."""
@@ -69,7 +74,8 @@ def nested(depth: int) -> str:
         ("Switch", ("a" * 65, ""), "backend"),
         ("Switch", ("", ""), "backend"),
         ("SwitchWithOptions", ("a", nested(5000)), "options"),
-        ("SwitchWithOptions", ("a", nested(100)), "reason"),
+        ("SwitchWithOptions", ("a", nested(100)), "options"),
+        ("SwitchWithOptions", ("a", nested(20)), "reason"),
         ("SwitchWithOptions", ("a", "[1]"), "options"),
         ("SwitchWithOptions", ("a", "{"), "options"),
         ("SwitchWithOptions", ("a", '{"now": "yes"}'), "now"),

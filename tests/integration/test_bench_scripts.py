@@ -17,7 +17,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
-SCRIPTS = ["ledger_list.py", "switch_overhead.py", "status.py", "footprint.py", "gate_latency.py"]
+SCRIPTS = [
+    "ledger_list.py",
+    "switch_overhead.py",
+    "status.py",
+    "footprint.py",
+    "gate_latency.py",
+    "prewarm.py",
+]
 
 
 def run(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
@@ -61,4 +68,18 @@ def test_switch_benchmark_runs_one_round_of_every_way():
         assert f"| {way} | **" in r.stdout, r.stdout
     # the phases of gpushift's own switches come from their ledger rows
     assert "| ready |" in r.stdout and "| stop |" in r.stdout, r.stdout
+    assert doc.read_text() == before, "--smoke must leave docs/benchmarks.md alone"
+
+
+def test_prewarm_benchmark_evicts_then_pre_warms_for_real():
+    """One short round: the cold run starts with nothing of the file cached, the pre-warmed one with
+    all of it (the real reader process read it)."""
+    doc = REPO / "docs" / "benchmarks.md"
+    before = doc.read_text()
+
+    r = run("bench/prewarm.py", "--smoke", timeout=180)
+
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "cold: resident 0.0% before start" in r.stdout, r.stdout
+    assert "warm: resident 100.0% before start" in r.stdout, r.stdout
     assert doc.read_text() == before, "--smoke must leave docs/benchmarks.md alone"

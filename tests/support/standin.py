@@ -97,11 +97,23 @@ class StandinState:
         self.stop = threading.Event()
         self.health_mode = "ok"  # set by POST /_standin/health
         self.unhang = threading.Event()  # set when /health stops hanging
+        self.model_loaded = threading.Event()  # --load-model: set once every byte was read
+        if not getattr(args, "load_model", False):
+            self.model_loaded.set()
 
     @property
     def ready(self) -> bool:
-        loaded = time.monotonic() - self.started >= self.args.start_delay
+        loaded = time.monotonic() - self.started >= self.args.start_delay and self.model_loaded.is_set()
         return not self.args.never_ready and loaded
+
+    def load_model(self) -> None:
+        """Read the whole model file, as a real server does before it answers healthy."""
+        total = 0
+        with open(self.args.model, "rb") as f:
+            while chunk := f.read(8 * 1024 * 1024):
+                total += len(chunk)
+        log(f"model loaded: {total} bytes in {time.monotonic() - self.started:.3f} s")
+        self.model_loaded.set()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -403,6 +415,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "-m", "--model", metavar="PATH", help="a model file to 'load' (must exist; its head is read)"
     )
     p.add_argument(
+        "--load-model",
+        action="store_true",
+        help="read the whole --model file before /health answers 200 (as a real server loads it)",
+    )
+    p.add_argument(
         "--api-key", metavar="KEY", help="accepted as vLLM's is (a credential on the command line)"
     )
     return p.parse_args(argv)
@@ -459,6 +476,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # to half a second: a backend that stops "at once" should).
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="http", daemon=True)
     thread.start()
+    if args.load_model:
+        threading.Thread(target=state.load_model, name="load-model", daemon=True).start()
     log(f"listening on {args.host}:{args.port}, version {args.version}, ready in {args.start_delay:g} s")
     if args.start_delay > 0 and not args.never_ready:
         ready_note = threading.Timer(args.start_delay, lambda: log("ready"))

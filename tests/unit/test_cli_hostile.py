@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from gpushift.adapters import client as client_mod
 from gpushift.adapters import lightclient
 from gpushift.cli import main
 
@@ -140,7 +139,7 @@ class FakeClient:
 def test_cli_switch_progress_and_result_lines_are_escaped_and_redacted(
     config: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client_mod, "Client", FakeClient)
+    monkeypatch.setattr(lightclient, "switch", lambda bus, *a, **k: FakeClient(bus).switch(*a, **k))
     r = run(config, "switch", "a", "--reason", "x")
     assert r.exit_code == 7
     assert raw_controls(r.output) == []

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpushift.adapters import client as client_mod
+from gpushift.adapters import lightclient
 from gpushift.cli import main
 
 
@@ -38,6 +39,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     _NoDaemon.calls = []
     monkeypatch.setattr(client_mod, "Client", _NoDaemon)
+    monkeypatch.setattr(lightclient, "switch", lambda bus, *a, **k: _NoDaemon(bus).switch(*a, **k))
     return cfg
 
 

@@ -815,7 +815,7 @@ OVERRIDE_NIGHT = {
         (json.dumps({**OVERRIDE_NIGHT, "extra": 1}), "unknown key"),
         (json.dumps([OVERRIDE_NIGHT]), "expected a JSON object"),
         ("[" * 100000 + "]" * 100000, "larger than"),
-        ("[" * 20000 + "]" * 20000, "nested too deeply"),
+        ("[" * 20000 + "]" * 20000, "nested deeper than 64"),
         ("\x00garbage\xff", "not valid JSON"),
         ('{"mode": "hold", "backend": "night", "set_at": "9999-12-31T23:59:59-23:59"}', ""),
     ],

@@ -53,3 +53,54 @@ def test_reload_refuses_what_was_built_at_start(new, named: str) -> None:
 def test_reload_refuses_backend_changes_under_the_simulated_provider() -> None:
     with pytest.raises(ConfigError, match="backends"):
         reloadable(cfg(provider="simulated"), cfg(provider="simulated", start=900))
+
+
+def test_every_config_key_is_applied_on_reload_or_needs_a_restart() -> None:
+    """A key in neither list would be read at start and silently ignored by a reload."""
+    from gpushift.daemon.settings import ON_RELOAD, ON_RESTART, flat
+
+    assert not ON_RELOAD & ON_RESTART
+    for key in flat(cfg()):
+        table = key.split(".")[0]
+        places = [s for s in (ON_RELOAD, ON_RESTART) if key in s or f"{table}.*" in s]
+        assert len(places) == 1, f"{key} is in {len(places)} of the lists ON_RELOAD, ON_RESTART (settings.py)"
+
+
+def test_reload_names_each_key_that_needs_a_restart_and_lists_what_it_applies() -> None:
+    with pytest.raises(ConfigError) as exc:
+        reloadable(cfg(), cfg(release=30, bus="system", extra="[metrics]\ntextfile_interval_s = 30\n"))
+    msg = str(exc.value)
+    for key in ("daemon.bus", "gpu.release_timeout_s", "metrics.textfile_interval_s"):
+        assert key in msg, msg
+    old = cfg()
+    new = parse(
+        BASE.format(provider="nvml", release=120, start=900).replace(
+            'state_dir = "/var/lib/gs"', 'state_dir = "/var/lib/gs"\nlog_level = "debug"\nmax_attempts = 5'
+        ),
+        "/etc/gpushift/gpushift.toml",
+    )
+    assert reloadable(old, new) == ["backends.day", "daemon.log_level", "daemon.max_attempts"]
+    assert reloadable(old, cfg()) == []
+
+
+def test_log_level_is_applied_live() -> None:
+    """A reload to log_level = "debug" must bring debug lines at once (before: none until a restart)."""
+    import io
+    import json
+
+    from gpushift import logs
+
+    out = io.StringIO()
+    log = logs.setup("info", stream=out)
+    try:
+        log.debug("before")
+        logs.set_level("debug")
+        log.debug("after")
+        logs.set_level("error")
+        log.warning("dropped")
+        events = [json.loads(line)["event"] for line in out.getvalue().splitlines()]
+        assert events == ["after"]
+    finally:
+        import structlog
+
+        structlog.reset_defaults()

@@ -42,7 +42,7 @@ def test_reasons_accepted() -> None:
 
 def test_options_json_nested_deeply_is_invalid_argument_not_recursion_error() -> None:
     deep = "[" * 4000 + "]" * 4000
-    with pytest.raises(InvalidArgument, match="nested too deeply|longer than"):
+    with pytest.raises(InvalidArgument, match="nested deeper than 64|longer than"):
         validate.options_json('{"reason": ' + deep[:4000] + "}")
     with pytest.raises(InvalidArgument):
         validate.options_json("[" * 3000 + "]" * 3000)
@@ -57,3 +57,14 @@ def test_switch_options_known_keys_and_types() -> None:
         validate.switch_options({"hold": 1})
     with pytest.raises(InvalidArgument, match="exclude"):
         validate.switch_options({"hold": True, "until": "2030-01-01"})
+
+
+def test_nesting_is_counted_outside_strings_and_comments() -> None:
+    assert validate.nesting_problem('{"reason": "' + "[" * 200 + '"}') is None
+    assert validate.nesting_problem('{"r": "\\"' + "[" * 200 + '"}') is None
+    assert validate.nesting_problem("[" * 64 + "]" * 64) is None
+    assert validate.nesting_problem("[" * 65) == "nested deeper than 64 levels"
+    toml = "# " + "[" * 100 + "\na = '" + "{" * 100 + "'\nb = [[1]]\n"
+    assert validate.nesting_problem(toml, comments=True) is None
+    assert validate.nesting_problem(toml) is not None  # in JSON, # and ' are not special
+    assert validate.options_json(json.dumps({"reason": "[" * 500})) == {"reason": "[" * 500}
