@@ -98,7 +98,7 @@ soak: venv
 
 # On a GPU host: needs torch (CUDA), nvidia-ml-py, psutil and pytest in $(PYTHON); see tests/gpu/README.md.
 test-gpu:
-	PYTHONPATH=. $(PYTHON) -m pytest --confcutdir=tests/gpu -p no:cacheprovider -v tests/gpu
+	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pytest --confcutdir=tests/gpu -p no:cacheprovider -v tests/gpu
 
 demo: venv
 	$(PY) -m tests.support.demo run
@@ -126,8 +126,8 @@ bench-smoke: venv
 	$(PY) bench/footprint.py --smoke
 
 bench-gpu:
-	PYTHONPATH=. $(PYTHON) bench/gate_latency.py
-	PYTHONPATH=. $(PYTHON) bench/status.py --cold --section status_cold_gpu
+	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gate_latency.py
+	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/status.py --cold --section status_cold_gpu
 
 # ------------------------------------------------------------------ build, install, uninstall
 # `make build` (run by install) writes under $(BUILDDIR): the wheel, built from a copy of only what
