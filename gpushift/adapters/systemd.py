@@ -268,15 +268,13 @@ class SystemdUnits:
         try:
             if path is None:
                 path = self._unit_path(unit)
-            u = self._get_all(path, UNIT_IFACE, unit, _UNIT_KEYS)
-            s = self._get_all(path, SERVICE_IFACE, unit, _SERVICE_KEYS) if unit.endswith(".service") else {}
+            u = s = self._unit_props(path, unit)
         except SystemdError:
             if unit not in self._paths:
                 raise
             self._paths.pop(unit, None)  # a path remembered from before: ask LoadUnit once more
             path = self._unit_path(unit)
-            u = self._get_all(path, UNIT_IFACE, unit, _UNIT_KEYS)
-            s = self._get_all(path, SERVICE_IFACE, unit, _SERVICE_KEYS) if unit.endswith(".service") else {}
+            u = s = self._unit_props(path, unit)
         exec_start: tuple[str, ...] = ()
         commands = s.get("ExecStart") or []
         if commands:
@@ -411,6 +409,20 @@ class SystemdUnits:
         finally:
             if waiter is not None:
                 waiter.close()
+
+    def _unit_props(self, path: str, unit: str) -> dict[str, Any]:
+        """The Unit and (for a service) Service properties :meth:`state` uses, in ONE GetAll: an
+        empty interface name asks systemd for every interface's.  A systemd that answered for one
+        interface only is asked per interface."""
+        if not unit.endswith(".service"):
+            return self._get_all(path, UNIT_IFACE, unit, _UNIT_KEYS)
+        props = self._get_all(path, "", unit, _UNIT_KEYS | _SERVICE_KEYS)
+        if "ActiveState" not in props or "MainPID" not in props:
+            props = {
+                **self._get_all(path, UNIT_IFACE, unit, _UNIT_KEYS),
+                **self._get_all(path, SERVICE_IFACE, unit, _SERVICE_KEYS),
+            }
+        return props
 
     def _unit_path(self, unit: str) -> str:
         """LoadUnit (loads the unit file if systemd has not yet): the unit's object path, remembered."""

@@ -168,6 +168,7 @@ def test_before_boundary_runs_once_its_lead_before_a_scheduled_switch_and_the_we
     rec, script = hook_dir / "rec", hook_dir / "record"
     now = utc_now()
     at = (now + timedelta(hours=3)).replace(second=0, microsecond=0)
+    receiver.port = 0  # up from the start: bound to a port the kernel picks (no race for a free one)
     receiver.start()
     env = make_env(
         sandbox,
