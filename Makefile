@@ -4,6 +4,7 @@
 #   make demo        boot a private systemd user manager + session bus, run the daemon, switch
 #   make test        lint + unit (3.10/3.11/3.12) + contract + integration + real backends
 #   make test-gpu    tests against a real NVIDIA GPU (real NVML, CUDA processes)
+#   make soak        1,000 random events on the real daemon (about an hour): docs/reliability.md "Soak"
 #   make build       the wheel, the man page and the shell completions, under build/
 #   make install     as root: a virtualenv in /opt/gpushift, units, config, D-Bus policy, group,
 #                    completions, man page (DESTDIR, PREFIX; docs/install.md says where each goes)
@@ -26,7 +27,7 @@ APT_PACKAGES := systemd dbus dbus-daemon libgirepository1.0-dev libcairo2-dev pk
 APT_PACKAGES_NO_RECOMMENDS := prometheus
 
 .PHONY: all deps venv lint test test-unit test-pythons test-contract test-integration test-real \
-	test-gpu demo demo-stop build man completions install uninstall clean bench bench-smoke bench-gpu
+	test-gpu soak demo demo-stop build man completions install uninstall clean bench bench-smoke bench-gpu
 
 all: venv
 
@@ -82,6 +83,18 @@ test-real: venv
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) -s --durations=0 tests/realbackends
 
 test: lint test-unit test-pythons test-contract test-integration test-real
+
+# The soak (tests/support/soak.py) at 1,000 events: the short version runs in test-integration.  It
+# writes its report into docs/reliability.md ("Soak") and every event, one JSON line each, to
+# build/soak-events.jsonl.  SOAK_EVENTS and SOAK_SEED change the run; SOAK_DEADLINE_S (seconds) stops
+# it early (the report then says how many events ran, and the target fails).
+SOAK_EVENTS ?= 1000
+SOAK_SEED ?= 7
+SOAK_DEADLINE_S ?=
+soak: venv
+	mkdir -p $(BUILDDIR)
+	GPUSHIFT_SOAK_EVENTS=$(SOAK_EVENTS) GPUSHIFT_SOAK_SEED=$(SOAK_SEED) GPUSHIFT_SOAK_DEADLINE_S=$(SOAK_DEADLINE_S) GPUSHIFT_SOAK_REPORT=docs/reliability.md \
+	  GPUSHIFT_SOAK_LOG=$(BUILDDIR)/soak-events.jsonl $(VENV)/bin/pytest $(PYTEST_FLAGS) -s tests/integration/test_soak.py
 
 # On a GPU host: needs torch (CUDA), nvidia-ml-py, psutil and pytest in $(PYTHON); see tests/gpu/README.md.
 test-gpu:

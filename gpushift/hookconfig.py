@@ -129,6 +129,10 @@ def _argv(r: Reader, key: str, v: Any) -> tuple[str, ...]:
         raise r.err(key, f"the program must be an absolute path (no shell, no PATH search), got {v[0]!r}")
     if any("\0" in x for x in v):
         raise r.err(key, "an argument holds a NUL character")
+    for x in v:  # one plain line each, as every string of the config (gpushift.validate)
+        problem = validate.line_problem(x, 4096)
+        if problem is not None:
+            raise r.err(key, f"{validate.shown(x)}: {problem}")
     return tuple(v)
 
 

@@ -77,6 +77,9 @@ class GpushiftEnv:
         }
         self.opts.update(daemon_opts)
         self.extra_env: list[str] = []
+        # False: the backend units carry no Conflicts= (the soak: one backend at a time is then
+        # gpushift's doing alone, not systemd's)
+        self.conflicts = True
         # Red/green checks: run the daemon and the CLI from another checkout of gpushift (e.g. the
         # code before a change) while the tests stay these ones.
         self.product_path = os.environ.get("GPUSHIFT_TEST_PRODUCT_PATH")
@@ -153,7 +156,7 @@ class GpushiftEnv:
             b.version,
             [str(self.simdir / f"nvidia{i}") for i in b.gpus],
             str(self.base / f"{b.name}.log"),
-            conflicts=[o.unit for o in self.backends.values() if o.name != b.name],
+            conflicts=[o.unit for o in self.backends.values() if o.name != b.name] if self.conflicts else [],
             args=[a.format(simdir=self.simdir) for a in b.args],
             timeout_stop_s=b.timeout_stop_s,
             exec_start=b.exec_start,

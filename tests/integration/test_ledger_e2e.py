@@ -9,13 +9,12 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 from gpushift_env import Backend, GpushiftEnv, free_port
 
-from tests.support.sandbox import Sandbox
+from tests.support.diskfull import fill, sandbox_with_small_state
 
 
 def sha256(path: Path) -> str:
@@ -88,33 +87,9 @@ def test_ledger_records_every_field_and_diffs_a_dropin_change(sandbox):
 
 @pytest.fixture
 def full_disk_env():
-    """A sandbox whose manager sees a 2 MiB tmpfs as the state dir (mounted before it starts,
-    since the manager runs in its own mount namespace)."""
-    root = Path("/run") / f"gs-diskfull-{os.getpid()}"
-    state = root / "state"
-    state.mkdir(parents=True)
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(state)], capture_output=True, text=True
-    )
-    assert r.returncode == 0, f"cannot mount a tmpfs for the full-disk test (needs root): {r.stderr}"
-    sb = Sandbox(root / "sb")
-    try:
-        sb.start()
-        yield sb, root, state
-    finally:
-        sb.stop()
-        subprocess.run(["umount", "-l", str(state)], check=False)
-        subprocess.run(["rm", "-rf", str(root)], check=False)
-
-
-def fill(path: Path) -> None:
-    with open(path, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    """A sandbox whose manager sees a 2 MiB tmpfs as the state dir."""
+    with sandbox_with_small_state("gs-diskfull", 2) as env:
+        yield env
 
 
 def test_full_disk_switch_completes_degraded_and_lands_once_after_sigkill(full_disk_env):

@@ -30,6 +30,14 @@ Misbehaviours on request (each one a failure gpushift must survive):
                                the VRAM holder that a finished stop job does not account for
     --hold-device PATH ...     keep these (simulated GPU device) files open for its whole life,
                                as a real server maps the device
+    --stop-delay S             on SIGTERM, take S seconds before exiting (a server finishing its
+                               requests and freeing its memory: a stop job that lasts)
+
+A witness for the soak (``tests/support/soak.py``):
+    --witness FILE             once its devices are open, append one JSON line to FILE: its pid, its
+                               unit, the time, and every OTHER process holding one of its device files
+                               at that moment (another backend, a foreign holder) — what the process
+                               itself saw at its start, not what gpushift reports
 
 It logs one line per event to stdout (in a unit: the journal) and, when ``$STANDIN_LOG_FILE`` is
 set, appends the same line to that file, where a test waits for it without asking the journal.
@@ -298,6 +306,42 @@ def _holds(pid: int, path: str) -> bool:
     return False
 
 
+def other_holders(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """Every process but this one holding one of ``paths`` open: pid, name, cgroup, which paths."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        held = [p for p in paths if _holds(pid, p)]
+        if not held:
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            comm = "?"
+        found.append({"pid": pid, "comm": comm, "cgroup": _own_cgroup(pid), "paths": held})
+    return found
+
+
+def write_witness(path: str, devices: Sequence[str]) -> None:
+    """Append what this process saw at its start (see ``--witness``) as one JSON line to ``path``."""
+    record = {
+        "pid": os.getpid(),
+        "cgroup": _own_cgroup(),
+        "time": time.time(),
+        "devices": list(devices),
+        "others": other_holders(devices),
+    }
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())  # one write: lines never interleave
+    finally:
+        os.close(fd)
+
+
 def leave_orphan(path: str, pid_file: str | None, timeout_s: float = 10.0) -> int | None:
     """Start a holder of ``path`` in a transient scope (outside this unit's cgroup) and wait until it holds.
 
@@ -361,6 +405,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--hold-device", metavar="PATH", nargs="+", action="extend", default=[], help="files to keep open"
     )
+    p.add_argument("--stop-delay", type=float, default=0.0, help="seconds SIGTERM takes before the exit")
+    p.add_argument("--witness", metavar="FILE", help="append what this process saw at its start to FILE")
     p.add_argument("--request-seconds", type=float, default=0.0, help="how long a completion takes")
     p.add_argument(
         "--fail-completions", action="store_true", help="/health says ok, every completion answers 500"
@@ -402,6 +448,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     if devices:
         log(f"holding {' '.join(args.hold_device)}")
+    if args.witness:
+        # after the devices are open: two processes starting at once each see the other
+        write_witness(args.witness, args.hold_device)
 
     stop = threading.Event()
 
@@ -436,6 +485,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ready_note.start()
     while not (stop.wait(0.2) or state.stop.is_set()):
         pass
+    if args.stop_delay > 0 and not state.stop.is_set():
+        log(f"stopping in {args.stop_delay:g} s")
+        time.sleep(args.stop_delay)
     server.shutdown()
     server.server_close()
     for f in devices:

@@ -83,6 +83,7 @@ def test_numbers_beyond_their_maximum_are_refused_without_overflow(text: str, ke
         ('[daemon]\nstate_dir = "/var/lib/x\\ny"\n', "daemon.state_dir"),
         ('[daemon]\nschedule = "/etc/s\\u202e"\n', "daemon.schedule"),
         ('[gpu]\naccepted_gpu_uuids = ["GPU-1\\u0007"]\n', "gpu.accepted_gpu_uuids"),
+        ('[hooks]\nafter_ready = ["/bin/echo", "a\\nb"]\n', "hooks.after_ready"),
     ],
 )
 def test_strings_of_more_than_one_plain_line_are_refused(text: str, key: str) -> None:
