@@ -39,9 +39,10 @@ GOAL_S = 0.10
 
 def status_imports() -> str:
     """``import …`` of the modules `gpushift status` needs before it can ask the daemon: the CLI, the
-    config, and what the status command imports itself (its D-Bus client), read from its source so
-    that this follows the code."""
-    modules = ["gpushift.cli", "gpushift.config"]
+    config file's reader (``[daemon] bus`` is peeked, the config is not validated on this path), and
+    what the status command imports itself (its D-Bus client), read from its source so that this
+    follows the code."""
+    modules = ["gpushift.cli", "gpushift.textfile"]
     try:
         text = (benchdoc.ROOT / "gpushift" / "cli" / "__init__.py").read_text()
         body = text[text.index("def status(") :]

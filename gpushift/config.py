@@ -18,9 +18,9 @@ from . import textfile, validate
 from .errors import ConfigError
 from .hookconfig import HooksConfig, NotifyConfig, read_hooks, read_notify
 from .model import OFF, BackendKind
-
-DEFAULT_CONFIG_PATH = "/etc/gpushift/gpushift.toml"
-ENV_CONFIG = "GPUSHIFT_CONFIG"
+from .textfile import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH
+from .textfile import ENV_CONFIG as ENV_CONFIG
+from .textfile import config_path as config_path
 
 BACKEND_KINDS = tuple(k.value for k in BackendKind)
 
@@ -196,11 +196,6 @@ def _is_ipv4(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def config_path(explicit: str | None = None) -> str:
-    """``--config`` wins, then ``$GPUSHIFT_CONFIG``, then the default path."""
-    return explicit or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG_PATH
 
 
 def load(path: str | None = None) -> Config:

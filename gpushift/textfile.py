@@ -171,3 +171,28 @@ def line_of(lines: dict[str, int], key: str) -> int:
             return n
         parts.pop()
     return 1
+
+
+DEFAULT_CONFIG_PATH = "/etc/gpushift/gpushift.toml"
+ENV_CONFIG = "GPUSHIFT_CONFIG"
+
+
+def config_path(explicit: str | None = None) -> str:
+    """``--config`` wins, then ``$GPUSHIFT_CONFIG``, then the default path."""
+    return explicit or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG_PATH
+
+
+def daemon_bus(explicit: str | None = None) -> str | None:
+    """``[daemon] bus`` of the config file, read without validating the rest (``None``: the file
+    cannot be read or parsed, or the key is not ``system``/``session``; the caller then loads the
+    config to report why).  ``gpushift status`` and ``gpushift switch`` need nothing else before
+    they ask the daemon, which validated its own config; importing and running the whole
+    validation costs them more than the daemon's answer."""
+    path = config_path(explicit)
+    try:
+        data = parse_toml(read_text(path, "config file", ""), path)
+    except ConfigError:
+        return None
+    daemon = data.get("daemon", {})
+    bus = daemon.get("bus", "system") if isinstance(daemon, dict) else None
+    return bus if bus in ("system", "session") else None

@@ -86,22 +86,21 @@ def _config(ctx: click.Context) -> Any:
     return config_mod.load(ctx.obj["config_path"])
 
 
+def _bus(ctx: click.Context) -> str:
+    """The daemon's bus: ``[daemon] bus`` read without validating the rest of the config (the daemon
+    validated its own; status and switch need nothing else before they ask it), else the config
+    loaded in full, whose error then says what is wrong."""
+    from .. import textfile
+
+    return textfile.daemon_bus(ctx.obj["config_path"]) or str(_config(ctx).daemon.bus)
+
+
 def _bus_kind(ctx: click.Context) -> str:
-    """The daemon's bus, even from a config that no longer validates (reload must still reach it)."""
-    from .. import config as config_mod
-
+    """The daemon's bus, even from a config that no longer parses (reload must still reach it)."""
     try:
-        return str(_config(ctx).daemon.bus)
+        return _bus(ctx)
     except GpushiftError:
-        try:
-            from .. import textfile
-
-            path = config_mod.config_path(ctx.obj["config_path"])
-            data = textfile.parse_toml(textfile.read_text(path, "config file", ""), path)
-            bus = data.get("daemon", {}).get("bus", "system")
-            return bus if bus in ("system", "session") else "system"
-        except (GpushiftError, AttributeError):
-            return "system"
+        return "system"
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -344,11 +343,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
       gpushift status --json          # one JSON object, for scripts
     """
     try:
-        cfg = _config(ctx)
+        bus = _bus(ctx)
         from ..adapters.lightclient import get_status
 
         try:
-            s = get_status(cfg.daemon.bus)  # pure-Python D-Bus: no PyGObject on the read path
+            s = get_status(bus)  # pure-Python D-Bus: no PyGObject on the read path
         except DaemonUnavailable as e:
             s = _local_status(ctx, str(e))
     except GpushiftError as e:
@@ -445,8 +444,7 @@ def switch(
         )
 
     try:
-        cfg = _config(ctx)
-        result = lightclient.switch(cfg.daemon.bus, backend, options, on_progress=progress, wait=not no_wait)
+        result = lightclient.switch(_bus(ctx), backend, options, on_progress=progress, wait=not no_wait)
     except GpushiftError as e:
         if as_json:
             say_json(json.dumps({"ok": False, "error": e.dbus_name(), "message": redact.redact_text(str(e))}))
