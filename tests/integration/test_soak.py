@@ -73,7 +73,7 @@ def test_soak_keeps_every_invariant_through_random_events(soak_root):
     env.state_dir = state
     env.simdir = state / "simgpu"
     # the daemon's wall clock only (its monotonic clock stays real: it sees a jump)
-    env.extra_env = [
+    env.extra_env += [
         f"LD_PRELOAD={lib}",
         f"FAKETIME_TIMESTAMP_FILE={clock_file}",
         "FAKETIME_NO_CACHE=1",
