@@ -34,17 +34,28 @@ MAX_BYTES = 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
 
 
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISDIR, "a directory"),
-    ):
+_KINDS = (
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISLNK, "symbolic link"),
+)
+
+
+def kind_of(mode: int) -> str:
+    """What a file mode names, in words (``FIFO``, ``character device``...)."""
+    for test, name in _KINDS:
         if test(mode):
             return name
-    return "not a regular file"
+    return "regular file" if stat.S_ISREG(mode) else "unknown file type"
+
+
+def _kind(mode: int) -> str:
+    """``a FIFO``, ``a directory``, ``an unknown file type``: for a sentence."""
+    name = kind_of(mode)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def read_text(path: str, what: str, missing_hint: str) -> str:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..prewarm import FileInfo
+from ..textfile import kind_of
 from . import safefile
 
 CHUNK = 8 * 1024 * 1024
@@ -36,14 +37,6 @@ PAGE = mmap.PAGESIZE
 _IOPRIO_SET = {"x86_64": 251, "aarch64": 30}
 _IOPRIO_CLASS_IDLE = 3
 _IOPRIO_WHO_PROCESS = 1
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
-                       (stat.S_ISSOCK, "socket"), (stat.S_ISDIR, "directory")):  # fmt: skip
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def walk(path: str) -> list[FileInfo]:
@@ -56,7 +49,7 @@ def walk(path: str) -> list[FileInfo]:
     if stat.S_ISREG(st.st_mode):
         return [FileInfo(path, st.st_size)]
     if not stat.S_ISDIR(st.st_mode):
-        return [FileInfo(path, skipped=_kind(st.st_mode))]
+        return [FileInfo(path, skipped=kind_of(st.st_mode))]
     out: list[FileInfo] = []
     for root, _dirs, names in os.walk(path, followlinks=True):
         for name in sorted(names):

@@ -29,17 +29,10 @@ import os
 import stat
 from typing import BinaryIO
 
+from ..textfile import kind_of
+
 #: How much :func:`read_bounded` reads by default (a ``config.json`` is a few KiB).
 DEFAULT_LIMIT_BYTES = 4 * 1024 * 1024
-
-_KINDS = (
-    (stat.S_ISFIFO, "FIFO"),
-    (stat.S_ISCHR, "character device"),
-    (stat.S_ISBLK, "block device"),
-    (stat.S_ISSOCK, "socket"),
-    (stat.S_ISDIR, "directory"),
-    (stat.S_ISLNK, "symbolic link"),
-)
 
 
 class Skipped(OSError):
@@ -52,14 +45,6 @@ class Skipped(OSError):
 
     def __str__(self) -> str:
         return self.reason
-
-
-def kind_of(mode: int) -> str:
-    """What a file mode names, in words (``FIFO``, ``character device``...)."""
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return "regular file" if stat.S_ISREG(mode) else "unknown file type"
 
 
 def not_regular(mode: int) -> str | None:

@@ -153,9 +153,10 @@ def test_systemd_units_processes_lists_every_pid_in_the_cgroup(sandbox, units, w
     units.start("family.service", timeout_s=10)
 
     def both_sleeping() -> list[int] | None:
-        # Until both have exec'd, one of them is still the shell.
+        # Until both have exec'd, one of them is still the shell (whose cmdline is empty for an
+        # instant while it forks or execs).
         pids = units.processes("family.service")
-        return pids if sorted(_cmdline(p)[-1] for p in pids) == ["300", "301"] else None
+        return pids if sorted((_cmdline(p) or [""])[-1] for p in pids) == ["300", "301"] else None
 
     pids = wait_for(both_sleeping, 5, "both processes of the unit")
     assert units.state("family.service").main_pid in pids
