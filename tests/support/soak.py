@@ -443,7 +443,9 @@ class Soak:
         hours = self.rng.choice([1, 2, 3, 5, 7, 11, 13])
         self.offset_s += hours * 3600 + self.rng.randint(0, 59) * 60
         self.offsets.append((time.time(), self.offset_s))
-        self.clock_file.write_text(f"+{int(self.offset_s)}\n")
+        tmp = self.clock_file.with_name(self.clock_file.name + ".tmp")
+        tmp.write_text(f"+{int(self.offset_s)}\n")
+        os.replace(tmp, self.clock_file)  # never an empty file for libfaketime to read
         self.stats.notes[f"clock +{hours}h"] += 1
 
     def ev_ledger_disk_full(self) -> None:
