@@ -217,8 +217,7 @@ def _health_text(h: dict[str, Any] | None, in_flight: dict[str, Any] | None, pai
 def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
     """``gpushift status`` for a person; ``paint`` colours outcome and state words (None: plain).
     Every value from outside is escaped (gpushift.terminal) before it is laid out."""
-    from ..policy import fmt_mib
-
+    fmt_mib = terminal.fmt_mib
     s = terminal.escape_tree(s)
     paint = paint or str
     lines = []
