@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .config import Config
 from .model import OFF, GateState, GpuReading, Holder
+from .terminal import fmt_mib
 
 
 def gate_gpus(
@@ -30,15 +31,6 @@ def gate_gpus(
             if i not in out:
                 out.append(i)
     return tuple(sorted(out)) if out else everything
-
-
-def fmt_mib(mib: float | None) -> str:
-    """``9.1 GiB`` / ``812 MiB`` / ``unknown`` for a person."""
-    if mib is None:
-        return "unknown"
-    if mib >= 1024:
-        return f"{mib / 1024:.1f} GiB"
-    return f"{mib:.0f} MiB"
 
 
 def _holder_phrase(h: Holder) -> str:

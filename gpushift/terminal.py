@@ -85,3 +85,12 @@ def json_safe(json_text: str) -> str:
     """JSON text (from ``json.dumps(..., ensure_ascii=False)``) with the characters a terminal
     obeys that JSON leaves raw written as ``\\uXXXX`` escapes: still the same JSON value."""
     return _JSON_RAW.sub(_json_escape, json_text) if _JSON_RAW.search(json_text) else json_text
+
+
+def fmt_mib(mib: float | None) -> str:
+    """``9.1 GiB`` / ``812 MiB`` / ``unknown`` for a person."""
+    if mib is None:
+        return "unknown"
+    if mib >= 1024:
+        return f"{mib / 1024:.1f} GiB"
+    return f"{mib:.0f} MiB"

@@ -88,8 +88,8 @@ def _config(ctx: click.Context) -> Any:
 
 def _bus(ctx: click.Context) -> str:
     """The daemon's bus: ``[daemon] bus`` read without validating the rest of the config (the daemon
-    validated its own; status and switch need nothing else before they ask it), else the config
-    loaded in full, whose error then says what is wrong."""
+    validated its own; a status needs nothing else before it asks), else the config loaded in full,
+    whose error then says what is wrong."""
     from .. import textfile
 
     return textfile.daemon_bus(ctx.obj["config_path"]) or str(_config(ctx).daemon.bus)
@@ -217,8 +217,7 @@ def _health_text(h: dict[str, Any] | None, in_flight: dict[str, Any] | None, pai
 def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
     """``gpushift status`` for a person; ``paint`` colours outcome and state words (None: plain).
     Every value from outside is escaped (gpushift.terminal) before it is laid out."""
-    from ..policy import fmt_mib
-
+    fmt_mib = terminal.fmt_mib
     s = terminal.escape_tree(s)
     paint = paint or str
     lines = []
@@ -444,7 +443,11 @@ def switch(
         )
 
     try:
-        result = lightclient.switch(_bus(ctx), backend, options, on_progress=progress, wait=not no_wait)
+        # The whole config is checked first: a switch asked while the file on disk is broken says so
+        # and changes nothing (status only peeks at the bus: it changes nothing either way).
+        result = lightclient.switch(
+            _config(ctx).daemon.bus, backend, options, on_progress=progress, wait=not no_wait
+        )
     except GpushiftError as e:
         if as_json:
             say_json(json.dumps({"ok": False, "error": e.dbus_name(), "message": redact.redact_text(str(e))}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,7 @@ def test_prewarm_benchmark_evicts_then_pre_warms_for_real():
     r = run("bench/prewarm.py", "--smoke", timeout=180)
 
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    assert "cold: resident 0.0% before start" in r.stdout, r.stdout
-    assert "warm: resident 100.0% before start" in r.stdout, r.stdout
+    shares = dict(re.findall(r"(cold|warm): resident ([\d.]+)% before start", r.stdout))
+    # (a page or two may come and go under other jobs' memory pressure: not the exact figures)
+    assert float(shares["cold"]) <= 5.0 and float(shares["warm"]) >= 95.0, r.stdout
     assert doc.read_text() == before, "--smoke must leave docs/benchmarks.md alone"

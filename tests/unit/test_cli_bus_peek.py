@@ -1,7 +1,8 @@
-"""`gpushift status` and `gpushift switch` read only ``[daemon] bus`` from the config before they ask
-the daemon (textfile.daemon_bus): the daemon validated its own config, and importing and running the
-whole validation cost the CLI more than the daemon's answer.  A config that is not TOML, or names no
-valid bus, is loaded in full so that its error is reported as before."""
+"""`gpushift status` reads only ``[daemon] bus`` from the config before it asks the daemon
+(textfile.daemon_bus): the daemon validated its own config, and importing and running the whole
+validation cost status more than the daemon's answer.  A config that is not TOML, or names no valid
+bus, is loaded in full so that its error is reported as before.  (`gpushift switch` still checks the
+whole file first: tests/integration/test_switch_e2e.py, a broken config changes nothing.)"""
 
 from __future__ import annotations
 
