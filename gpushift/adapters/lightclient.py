@@ -38,24 +38,11 @@ def get_status(bus_kind: str, timeout_s: float = CALL_TIMEOUT_S) -> dict[str, An
         DaemonUnavailable: the bus cannot be reached, or no daemon owns the name.
         GpushiftError: the daemon answered with one of gpushift's errors.
     """
-    from jeepney import DBusAddress, new_method_call
-    from jeepney.io.blocking import open_dbus_connection
-    from jeepney.wrappers import DBusErrorResponse, unwrap_msg
-
+    conn = _connect(bus_kind)
     try:
-        conn = open_dbus_connection(bus="SYSTEM" if bus_kind == "system" else "SESSION")
-    except (OSError, KeyError, ValueError) as e:
-        raise DaemonUnavailable(f"cannot connect to the {bus_kind} bus: {e}") from None
-    try:
-        address = DBusAddress(OBJECT_PATH, bus_name=BUS_NAME, interface=INTERFACE)
-        try:
-            reply = conn.send_and_get_reply(new_method_call(address, "GetStatus"), timeout=timeout_s)
-            (text,) = unwrap_msg(reply)
-        except DBusErrorResponse as e:
-            message = str(e.data[0]) if e.data else str(e)
-            raise from_dbus(e.name, message) from None
-        except TimeoutError:
-            raise DaemonUnavailable(f"the gpushift daemon did not answer within {timeout_s:g} s") from None
+        (text,) = _call(conn, "GetStatus", timeout_s=timeout_s)
+    except _Remote as e:  # no GetStatus at all: not a gpushift daemon
+        raise from_dbus(e.name, str(e)) from None
     finally:
         conn.close()
     return dict(json.loads(text))

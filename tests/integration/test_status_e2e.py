@@ -6,7 +6,6 @@ whose /health the test turns bad through the stand-in's control endpoint."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -49,8 +48,6 @@ def dbus_status(sandbox: Any) -> Iterator[Any]:
     from jeepney.io.blocking import open_dbus_connection
     from jeepney.wrappers import unwrap_msg
 
-    opened: list[Any] = []
-    lock = threading.Lock()
     address = DBusAddress(OBJECT_PATH, bus_name=BUS_NAME, interface=BUS_NAME)
 
     def connect() -> Any:
@@ -63,8 +60,6 @@ def dbus_status(sandbox: Any) -> Iterator[Any]:
 
     def call() -> tuple[float, dict[str, Any]]:
         conn = connect()
-        with lock:
-            opened.append(conn)
         try:
             t0 = time.monotonic()
             reply = conn.send_and_get_reply(new_method_call(address, "GetStatus"), timeout=30)
@@ -73,12 +68,7 @@ def dbus_status(sandbox: Any) -> Iterator[Any]:
         finally:
             conn.close()
 
-    try:
-        yield call
-    finally:
-        for conn in opened:
-            with contextlib.suppress(Exception):
-                conn.close()
+    yield call  # each call closes its own connection
 
 
 def up(sandbox: Any, **opts: Any) -> tuple[GpushiftEnv, Backend]:
