@@ -443,11 +443,10 @@ def switch(
         )
 
     try:
-        # The whole config is checked first: a switch asked while the file on disk is broken says so
-        # and changes nothing (status only peeks at the bus: it changes nothing either way).
-        result = lightclient.switch(
-            _config(ctx).daemon.bus, backend, options, on_progress=progress, wait=not no_wait
-        )
+        # Only the bus is read here (the config's validation is not imported: it would cost every
+        # switch its time); the daemon validates the file on disk before it takes the switch, and a
+        # broken one refuses it with the error naming file and key (exit 2), changing nothing.
+        result = lightclient.switch(_bus(ctx), backend, options, on_progress=progress, wait=not no_wait)
     except GpushiftError as e:
         if as_json:
             say_json(json.dumps({"ok": False, "error": e.dbus_name(), "message": redact.redact_text(str(e))}))
