@@ -6,7 +6,7 @@ a :class:`gpushift.errors.GpushiftError`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -162,9 +162,14 @@ class HookRunner(Protocol):
         ...
 
 
-#: The preflight doctor: (config, target, GPU facts) → findings (``gpushift check``'s rules).  The
-#: config is an L2 type, which this L1 module does not import.
-Doctor = Callable[[Any, str, HostGpuFacts], Sequence[Any]]
+class Doctor(Protocol):
+    """The preflight doctor: (config, target, GPU facts) → findings (``gpushift check``'s rules).  The
+    config is an L2 type, which this L1 module does not import.  ``states``: the backends' units as
+    the preflight just read them, by backend name (not asked again)."""
+
+    def __call__(
+        self, config: Any, target: str, facts: HostGpuFacts, states: Mapping[str, UnitState] | None = None
+    ) -> Sequence[Any]: ...
 
 
 @dataclass
