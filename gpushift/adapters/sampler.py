@@ -5,8 +5,9 @@ every running backend (HTTP, a timeout well inside the period), every GPU's memo
 backend's in-flight requests, and publishes one immutable :class:`~gpushift.sample.Sample`.  Status,
 metrics and the keeper read that sample instead of doing I/O themselves.
 
-Each read runs on a short-lived thread of its own ("lane"), so a hung read holds up nothing but its
-own figure: the cycle waits for its lanes only until a deadline inside the period, publishes what it
+Each read runs on a short-lived thread of its own ("lane"; the unit states of every backend are one
+read, :meth:`~gpushift.ports.UnitControl.states`), so a hung read holds up nothing but its
+own figures: the cycle waits for its lanes only until a deadline inside the period, publishes what it
 has, and does not start a lane again while the previous one still hangs (its figure then ages
 until it is reported unknown).  An adapter that raises becomes that figure's ``error``; nothing
 raises out of the sampler's thread.  Readers never block: :meth:`Sampler.snapshot` returns the
@@ -24,12 +25,16 @@ from typing import Any
 
 from ..config import Config
 from ..errors import GpushiftError
+from ..model import UnitState
 from ..ports import BackendProbe, Clock, GpuProbe, Ports, UnitControl
 from ..sample import BackendSample, Figure, Sample
 
 #: Parts of the period a cycle waits for its lanes: unit states first, then everything.
 _UNITS_BY = 0.4
 _ALL_BY = 0.9
+
+#: The lane that reads every backend unit's state at once (:meth:`UnitControl.states`).
+UNITS = "units"
 
 
 def health_timeout_s(period_s: float) -> float:
@@ -134,11 +139,11 @@ class Sampler:
         t0 = time.monotonic()
         period = self.period_s
         cfg = self._config
-        unit_jobs: dict[str, Callable[[], Any]] = {
-            f"unit:{name}": _bind(self._units.state, b.unit) for name, b in cfg.backends.items()
-        }
-        first = self._launch({**unit_jobs, "gpu": lambda: tuple(self._gpu.read(None))})
-        _join([first[k] for k in unit_jobs if k in first], t0 + _UNITS_BY * period)
+        units = {name: b.unit for name, b in cfg.backends.items()}
+        first = self._launch(
+            {UNITS: _bind(self._read_units, units), "gpu": lambda: tuple(self._gpu.read(None))}
+        )
+        _join([first[k] for k in (UNITS,) if k in first], t0 + _UNITS_BY * period)
         timeout = health_timeout_s(period)
         jobs: dict[str, Callable[[], Any]] = {}
         with self._figures_lock:
@@ -166,12 +171,37 @@ class Sampler:
         return started
 
     def _read(self, key: str, fn: Callable[[], Any]) -> None:
+        if key == UNITS:
+            fn()  # stores a figure per unit itself
+            return
         try:
             fig: Figure[Any] = Figure(fn(), self._clock.monotonic())
         except GpushiftError as e:
             fig = Figure(None, self._clock.monotonic(), str(e))
         except Exception as e:  # an adapter's bug: that figure's error, never the thread's end
             fig = Figure(None, self._clock.monotonic(), f"{type(e).__name__}: {e}")
+        self._store(key, fig)
+
+    def _read_units(self, units: Mapping[str, str]) -> None:
+        """Every backend unit's state in one read (one lane: systemd answers for all of them or
+        hangs for all of them); each backend's figure, and its error, is its own."""
+        error = None
+        try:
+            by_unit = self._units.states(list(dict.fromkeys(units.values())))
+        except GpushiftError as e:
+            by_unit, error = {}, str(e)
+        except Exception as e:  # an adapter's bug: those figures' error, never the thread's end
+            by_unit, error = {}, f"{type(e).__name__}: {e}"
+        at = self._clock.monotonic()
+        for name, unit in units.items():
+            got = by_unit.get(unit)
+            if isinstance(got, UnitState):
+                self._store(f"unit:{name}", Figure(got, at))
+            else:
+                why = str(got) if got is not None else error or f"systemd did not answer for {unit}"
+                self._store(f"unit:{name}", Figure(None, at, why))
+
+    def _store(self, key: str, fig: Figure[Any]) -> None:
         with self._figures_lock:
             self._figures[key] = fig
         if fig.error is not None:

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from gpushift.config import Config, parse
+from gpushift.errors import GpushiftError
 from gpushift.model import (
     Caller,
     GpuInfo,
@@ -38,7 +39,7 @@ from gpushift.model import (
     WarmupRequest,
     WarmupResult,
 )
-from gpushift.ports import Ports
+from gpushift.ports import Ports, states_one_by_one
 from gpushift.switch import Event, Switcher, SwitchResult
 
 # --------------------------------------------------------------------------- shared timeline
@@ -257,6 +258,9 @@ class FakeUnits:
         return JobResult(unit=unit, job=f"/org/freedesktop/systemd1/job/{next(self._jobs)}", result=result)
 
     # --- the UnitControl port
+
+    def states(self, units: Sequence[str]) -> dict[str, UnitState | GpushiftError]:
+        return states_one_by_one(self.state, units)
 
     def state(self, unit: str) -> UnitState:
         with self._lock:

@@ -360,3 +360,28 @@ def test_sampler_reconfigure_follows_the_new_backends(world: Any) -> None:
     snap = s.sample_once()
     assert [b.name for b in snap.backends] == ["day"]
     assert isinstance(snap, Sample) and snap.period_s == PERIOD
+
+
+def test_sampler_reads_every_unit_in_one_call_and_its_failure_is_each_units_error(world: Any) -> None:
+    w = world
+    calls: list[list[str]] = []
+    real_states = w.units.states
+    broken = {"on": False}
+
+    def states(units: list[str]) -> Any:
+        calls.append(list(units))
+        if broken["on"]:
+            raise SystemdError("systemd: list: no answer")
+        return real_states(units)
+
+    w.units.states = states  # type: ignore[method-assign]
+    s = sampler(w)
+    s.sample_once()
+    assert calls == [[w.unit("day"), w.unit("night")]]  # one call a cycle for every backend unit
+    broken["on"] = True
+    w.clock.advance(1)
+    st = to_status(s.sample_once(), w.clock.monotonic())
+    assert st["backends"]["day"]["error"] == "systemd: list: no answer"
+    assert st["backends"]["night"]["error"] == "systemd: list: no answer"
+    assert st["active"] is None and "systemd could not be asked" in st["active_reason"]
+    assert st["gpus"][0]["used_mib"] == 14500.0  # the other figures were read
