@@ -21,7 +21,6 @@ log line's fields); :func:`redact_text` to one free-text string.
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -68,6 +67,8 @@ def is_secret_name(name: str) -> bool:
 
 def digest(value: str) -> str:
     """A short, stable stand-in for a secret value: equal values give equal digests."""
+    import hashlib  # here: OpenSSL's loading would be paid by every CLI start (redact is on its path)
+
     return (
         "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:16] + " (redacted)"
     )

@@ -135,8 +135,10 @@ def run_checks(
     ledger: Ledger | None,
     facts: HostGpuFacts | None = None,
     probe_versions: bool = True,
+    only: str | None = None,
 ) -> tuple[list[doctor.Finding], HostGpuFacts, dict[str, UnitState | None]]:
-    """Every finding for every configured backend, with the facts it was based on."""
+    """Every finding for every configured backend (``only``: for that one alone, still compared with
+    the others), with the facts it was based on."""
     facts = facts or gpu.facts()
     versions, ecc, known = _ledger_memory(ledger)
     states: dict[str, UnitState | None] = {}
@@ -161,7 +163,7 @@ def run_checks(
                 argv=argv,
                 env=env,
                 version=version,
-                checkpoint=_checkpoint(b.kind, argv, env),
+                checkpoint=_checkpoint(b.kind, argv, env) if only in (None, name) else None,
             )
         )
     findings = doctor.check_all(
@@ -173,6 +175,7 @@ def run_checks(
         known_gpus=known,
         accepted_gpu_uuids=config.gpu.accepted_gpu_uuids,
         listeners=TcpListeners(),
+        only=only,
     )
     return findings, facts, states
 
@@ -188,8 +191,10 @@ class HostDoctor:
     def __call__(self, config: Config, target: str, facts: HostGpuFacts) -> list[Any]:
         # Versions are not probed here: a version command may be slow, and the last recorded
         # version is what the pinned-version rule needs before a launch.  The GPU facts are the
-        # ones the switcher already read for this switch.
+        # ones the switcher already read for this switch.  Only the target is checked: another
+        # backend's rules (the running one's port, taken by itself) would cost a scan of every
+        # process's sockets and count for nothing here.
         findings, _facts, _states = run_checks(
-            config, self.units, self.gpu, self.ledger, facts=facts, probe_versions=False
+            config, self.units, self.gpu, self.ledger, facts=facts, probe_versions=False, only=target
         )
         return [f for f in findings if f.backend == target]

@@ -324,7 +324,28 @@ def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
         lines.append(
             f"ledger:   new chain since {brk.get('at')}: {brk.get('reason')}, old file {brk.get('moved_to') or '-'}"
         )
+    lines += _notices_text(s.get("notices") or {})
     return "\n".join(lines)
+
+
+def _notices_text(n: dict[str, Any]) -> list[str]:
+    """The webhook's queue and what the look-ahead is armed for (status's ``notices``)."""
+    lines = []
+    w = n.get("webhook")
+    if isinstance(w, dict):
+        err = f", last error: {w['last_error']}" if w.get("last_error") else ""
+        lines.append(
+            f"webhook:  {w.get('url')}: {w.get('queued', 0)} queued, {w.get('delivered', 0)} delivered, "
+            f"{w.get('dropped', 0)} dropped{err}"
+        )
+    for name, st in (n.get("lookahead") or {}).items():
+        armed = (st or {}).get("armed")
+        if isinstance(armed, dict):
+            lines.append(
+                f"ahead:    {name} at {armed.get('fires_at')}, before the switch to {armed.get('to')} "
+                f"at {armed.get('at')}"
+            )
+    return lines
 
 
 @main.command()
@@ -443,11 +464,10 @@ def switch(
         )
 
     try:
-        # The whole config is checked first: a switch asked while the file on disk is broken says so
-        # and changes nothing (status only peeks at the bus: it changes nothing either way).
-        result = lightclient.switch(
-            _config(ctx).daemon.bus, backend, options, on_progress=progress, wait=not no_wait
-        )
+        # Only the bus is read here (the config's validation is not imported: it would cost every
+        # switch its time); the daemon validates the file on disk before it takes the switch, and a
+        # broken one refuses it with the error naming file and key (exit 2), changing nothing.
+        result = lightclient.switch(_bus(ctx), backend, options, on_progress=progress, wait=not no_wait)
     except GpushiftError as e:
         if as_json:
             say_json(json.dumps({"ok": False, "error": e.dbus_name(), "message": redact.redact_text(str(e))}))

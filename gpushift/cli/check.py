@@ -17,6 +17,73 @@ from .. import redact, terminal
 from .output import say, say_json
 
 
+def _runnable_by(path: str, user: str) -> str | None:
+    """Why ``user`` cannot run ``path`` (None: it can): the file is a regular executable file and
+    every directory above it may be searched, by the owner/group/other bits that apply to the user."""
+    import grp
+    import os
+    import pwd
+    import stat
+
+    try:
+        pw = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except (KeyError, OverflowError):
+        return f"no such user {user!r} ([hooks] user)"
+    gids = {pw.pw_gid} | {g.gr_gid for g in grp.getgrall() if pw.pw_name in g.gr_mem}
+
+    def allowed(st: os.stat_result) -> bool:
+        if pw.pw_uid == 0:
+            return bool(st.st_mode & 0o111) or stat.S_ISDIR(st.st_mode)
+        if st.st_uid == pw.pw_uid:
+            return bool(st.st_mode & stat.S_IXUSR)
+        if st.st_gid in gids:
+            return bool(st.st_mode & stat.S_IXGRP)
+        return bool(st.st_mode & stat.S_IXOTH)
+
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"cannot be run: {e.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    parent = os.path.dirname(path)
+    while True:
+        try:
+            if not allowed(os.stat(parent)):
+                return f"{parent} may not be searched by {pw.pw_name}"
+        except OSError as e:
+            return f"{parent}: {e.strerror}"
+        if parent == "/":
+            break
+        parent = os.path.dirname(parent)
+    if not allowed(st):
+        return f"is not executable by {pw.pw_name} (mode {stat.filemode(st.st_mode)}, owner uid {st.st_uid})"
+    return None
+
+
+def _hooks(cfg: Any) -> dict[str, Any]:
+    """Each configured hook's program, checked the way its transient unit will run it."""
+    from ..model import HookEvent
+
+    out: dict[str, Any] = {"user": cfg.hooks.user, "hooks": []}
+    for event in HookEvent:
+        hook = cfg.hooks.get(event)
+        if hook is None:
+            continue
+        why = _runnable_by(hook.argv[0], cfg.hooks.user)
+        out["hooks"].append(
+            {
+                "event": event.value,
+                "program": hook.argv[0],
+                "required": hook.required,
+                "ok": why is None,
+                "error": why,
+            }
+        )
+    out["errors"] = sum(1 for h in out["hooks"] if not h["ok"])
+    return out
+
+
 def _collect(config_path: str | None) -> dict[str, Any]:
     from .. import config as config_mod
     from ..errors import ConfigError, GpushiftError
@@ -79,7 +146,8 @@ def _collect(config_path: str | None) -> dict[str, Any]:
         for name, st in states.items()
     }
     report["findings"] = [f.to_dict() for f in findings]
-    errors = sum(1 for f in findings if f.is_error)
+    report["hooks"] = _hooks(cfg)
+    errors = sum(1 for f in findings if f.is_error) + report["hooks"]["errors"]
     report["errors"] = errors + (0 if report["schedule"]["ok"] else 1)
     report["warnings"] = sum(1 for f in findings if not f.is_error)
     report["ok"] = report["errors"] == 0 and units is not None
@@ -126,6 +194,12 @@ def _render(r: dict[str, Any]) -> str:
             lines.append(f"  {tag} [{f['code']}] {f['message']}")
             if f.get("hint"):
                 lines.append(f"          hint: {f['hint']}")
+    h = r.get("hooks") or {}
+    if h.get("hooks"):
+        lines.append(f"\nhooks (run as {h['user']})")
+        for x in h["hooks"]:
+            state = "ok" if x["ok"] else f"ERROR: {x['error']}"
+            lines.append(f"  {x['event']}: {x['program']}: {state}")
     lines.append(f"\n{r.get('errors', 0)} error(s), {r.get('warnings', 0)} warning(s)")
     return "\n".join(lines)
 
@@ -139,7 +213,8 @@ def check(ctx: click.Context, as_json: bool) -> None:
     Reports each finding as ERROR (a switch to that backend is refused) or warning (it runs, and the
     warning is logged and recorded in the ledger): FP8 or BF16 on GPUs without them, more
     tensor-parallel ranks than GPUs, --split-mode none on several GPUs, missing model files, ECC
-    errors, an unpinned version, port clashes, unit settings that let processes outlive a stop.
+    errors, an unpinned version, port clashes, unit settings that let processes outlive a stop,
+    and a hook program ([hooks]) that is missing or not executable by the hooks' user.
     Exit status 0 when there is no error, 1 otherwise (2: the config itself is invalid).
 
     \b

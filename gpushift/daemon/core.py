@@ -26,13 +26,14 @@ from .. import config as config_mod
 from ..adapters.dbus_names import BUS_NAME
 from ..errors import ConfigError, GpushiftError, InvalidArgument, UnknownBackend
 from ..model import OFF, Caller, EventKind, Trigger
+from ..sample import Sample
 from ..switch import Event, Switcher
 from . import exporter, properties
 from .clockwork import Clockwork
 from .lookahead import LookAhead
 from .notices import Notices
 from .prewarming import Prewarming
-from .settings import load_schedule_of, parse_until, reloadable, watch_settings
+from .settings import ConfigOnDisk, load_schedule_of, parse_until, reloadable, watch_settings
 from .watch import BackendWatcher
 
 #: What a switch asked for ``--when-idle`` answers instead of a ticket: the keeper makes it later.
@@ -44,7 +45,8 @@ class Daemon:
 
     def __init__(self, config_path: str | None) -> None:
         self.config_path = config_mod.config_path(config_path)
-        self.config = config_mod.load(self.config_path)
+        self.config_on_disk = ConfigOnDisk(self.config_path)
+        self.config = self.config_on_disk.load()
         self.schedule = load_schedule_of(self.config)
         from .. import logs
 
@@ -56,6 +58,8 @@ class Daemon:
         self._service: Any = None
         self._manual_tickets: set[str] = set()
         self._publication: Any = None
+        self._sampled = threading.Event()  # clear from a switch's end until the sample after it
+        self._sampled.set()
         from ..adapters.notify import Notifier
 
         self.notify = Notifier()
@@ -153,6 +157,7 @@ class Daemon:
     def status(self) -> dict[str, Any]:
         """On the loop thread: from the sampler's latest sample and memory only, no I/O.  Credentials
         (a holder's ``--api-key``, a URL's password, a row's ``HF_TOKEN``) are masked."""
+        sample = self.latest_sample()
         cur = self.switcher.current()
         now = self.components.ports.clock.monotonic()
         daemon = {
@@ -169,7 +174,7 @@ class Daemon:
             "override_ignored": self.override_store.ignored,  # override.json found unusable at start
         }
         c = self.components
-        out = wiring.compose_status(self.config, self.sampler.snapshot(), now, daemon, c.ledger_view())
+        out = wiring.compose_status(self.config, sample, now, daemon, c.ledger_view())
         out.update(self.keeper.status())
         out["notices"] = self.notices.status(self.lookahead.status())
         masked: dict[str, Any] = redact.redact_tree(out)
@@ -179,6 +184,7 @@ class Daemon:
         return json.dumps(self.status(), default=str)
 
     def switch(self, backend: str, options: dict[str, Any], caller: Caller) -> str:
+        self.config_on_disk.check()  # a broken file on disk refuses the switch (the CLI does not check)
         reason = str(options.get("reason") or "")
         hold = bool(options.get("hold"))
         until = None
@@ -251,13 +257,6 @@ class Daemon:
         """Called on the worker thread: hand the signal to the GLib loop thread."""
         from gi.repository import GLib
 
-        if ev.result is not None:
-            self._sample_after_switch()
-            try:
-                self.notices.finished(ev.result)  # the webhook's document, queued on disk
-            except Exception as e:  # a listener must not fail the switch's end
-                self.log.error("webhook_enqueue_failed", error=repr(e))
-
         def emit() -> bool:
             svc = self._service
             if svc is None:
@@ -267,6 +266,7 @@ class Daemon:
             else:
                 result = redact.redact_tree(ev.result.to_dict())
                 svc.Finished(ev.ticket, ev.ok, json.dumps(result, default=str))
+                self.latest_sample()  # what follows (the keeper's tick) decides from the sample after it
                 if not ev.ok and ev.ticket in self._manual_tickets:
                     self.keeper.manual_failed(ev.result.to_backend)
                 self._manual_tickets.discard(ev.ticket)
@@ -275,9 +275,22 @@ class Daemon:
             svc.announce()  # the properties this event changed, right after its signal
             return False
 
+        if ev.result is None:
+            GLib.idle_add(emit)
+            if ev.kind is EventKind.PROGRESS:
+                self.notify.status(redact.redact_text(f"switching: {ev.phase} {ev.detail}")[:200])
+            return
+        # The row is complete: Finished goes out now (the CLI exits on it).  The sample of what the
+        # switch left is taken right after; until it is published, status and the properties wait
+        # for it (latest_sample), so a status asked once `gpushift switch` exited shows the new
+        # backend serving, and the keeper's tick after Finished decides from it.
+        self._sampled.clear()
         GLib.idle_add(emit)
-        if ev.kind is EventKind.PROGRESS:
-            self.notify.status(redact.redact_text(f"switching: {ev.phase} {ev.detail}")[:200])
+        self._sample_after_switch()
+        try:
+            self.notices.finished(ev.result)  # the webhook's document, queued on disk
+        except Exception as e:  # a listener must not fail the switch's end
+            self.log.error("webhook_enqueue_failed", error=repr(e))
 
     def _start_sampler(self) -> None:
         """The sampler's first sample is taken before the bus name is: status has a picture at once."""
@@ -289,12 +302,20 @@ class Daemon:
         self.watcher.sampler = self.sampler
 
     def _sample_after_switch(self) -> None:
-        """On the worker thread, before Finished goes out: a sample taken after the switch ended,
-        so a status asked right after the switch shows what it left."""
+        """On the worker thread, as Finished goes out: a sample taken after the switch ended, so a
+        status asked right after the switch shows what it left."""
         try:
             self.sampler.sample_once()
         except Exception as e:  # a listener must not fail the switch's end
             self.log.error("sample_after_switch_failed", error=repr(e))
+        finally:
+            self._sampled.set()
+
+    def latest_sample(self) -> Sample:
+        """The sampler's latest sample; right after a switch, the one taken after it (waited for, at
+        most one sampling period: a cycle publishes within it)."""
+        self._sampled.wait(self.sampler.period_s)
+        return self.sampler.snapshot()
 
     def _update_status_line(self) -> None:
         try:
@@ -331,7 +352,7 @@ class Daemon:
     def _reload(self, why: str) -> str:
         self.notify.reloading()
         try:
-            new = config_mod.load(self.config_path)
+            new = self.config_on_disk.load()
             new_schedule = load_schedule_of(new)
             applied = reloadable(self.config, new)
         except ConfigError as e:

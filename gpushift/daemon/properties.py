@@ -51,7 +51,7 @@ def sources(d: Any) -> Sources:
     """The running daemon's parts (``d`` is the :class:`~gpushift.daemon.core.Daemon`)."""
     return Sources(
         backends=lambda: d.config.backends,
-        sample=d.sampler.snapshot,
+        sample=d.latest_sample,
         monotonic=d.components.ports.clock.monotonic,
         current=d.switcher.current,
         mode=d.keeper.mode,

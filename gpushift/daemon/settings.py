@@ -109,3 +109,39 @@ def watch_settings(config: config_mod.Config) -> dict[str, WatchSettings]:
         n: WatchSettings(b.on_crash, b.unhealthy_after_s, b.defer_while_busy_s, b.idle_s)
         for n, b in config.backends.items()
     }
+
+
+class ConfigOnDisk:
+    """The config file as the daemon last found it valid.
+
+    ``gpushift switch`` does not validate the config itself (importing and running the validation
+    would cost every switch its time): the daemon does, before it takes a switch.  The file is read
+    (a few KiB) and validated again only when its text differs from the last valid one; a file that
+    no longer validates refuses the switch with the :class:`~gpushift.errors.ConfigError` that names
+    the file and the key, and nothing changes (``gpushift reload`` would reject it too).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._valid: str | None = None
+
+    def _text(self) -> str:
+        from .. import textfile
+
+        return textfile.read_text(self.path, "config file", f"set --config or ${config_mod.ENV_CONFIG}")
+
+    def load(self) -> config_mod.Config:
+        """Load and validate the file (daemon start, reload) and remember it as valid."""
+        text = self._text()  # read first: a file replaced between the two reads is checked again
+        config = config_mod.load(self.path)
+        self._valid = text
+        return config
+
+    def check(self) -> None:
+        """Raises:
+        ConfigError: the file on disk is unreadable or does not validate (naming file and key).
+        """
+        text = self._text()
+        if text != self._valid:
+            config_mod.parse(text, self.path)
+            self._valid = text

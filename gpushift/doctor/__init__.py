@@ -193,6 +193,7 @@ def check_all(
     listeners: Mapping[int, Holder] | None = None,
     known_gpus: Mapping[int, str] | None = None,
     accepted_gpu_uuids: Collection[str] = (),
+    only: str | None = None,
 ) -> list[Finding]:
     """Check every backend, including the rules that compare backends (ports, Conflicts=).
 
@@ -207,9 +208,11 @@ def check_all(
         listeners: see :func:`check_backend`.
         known_gpus: see :func:`check_backend`.
         accepted_gpu_uuids: see :func:`check_backend`.
+        only: check this backend alone (a switch's preflight: only its target's findings count);
+            the others are still compared with it.
 
     Returns:
-        The findings of every backend, backend by backend in the order given.
+        The findings of every backend (of ``only``), backend by backend in the order given.
     """
     resolved = []
     for item in inputs:
@@ -222,6 +225,8 @@ def check_all(
         resolved.append((item, env, raw, backend_port(item.backend, cmdline.expand(raw, env))))
     out: list[Finding] = []
     for item, env, raw, _port in resolved:
+        if only is not None and item.backend.name != only:
+            continue
         others = [r for r in resolved if r[0].backend.name != item.backend.name]
         out.extend(
             check_backend(

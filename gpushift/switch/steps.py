@@ -101,7 +101,8 @@ class Steps:
         return self.ports.gpu.read(list(indices))
 
     def all_gpus(self) -> tuple[int, ...]:
-        return tuple(r.index for r in self.ports.gpu.read(None))
+        """The GPUs visible now (memory only: who holds what is read where it is used)."""
+        return tuple(r.index for r in self.ports.gpu.read(None, holders=False))
 
     def check_cancel(self, run: SwitchRun, phase: Phase) -> None:
         """Honour a cancel request (called between polls and between phases): the request becomes

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,3 +109,39 @@ def test_check_rejects_invalid_config_with_exit_2(tmp_path):
     )
     assert r.returncode == 2
     assert "daemon.bus" in r.stdout and "bogus" in r.stdout
+
+
+def test_check_names_hook_programs_the_hooks_user_cannot_run(sandbox):
+    base = Path(sandbox.base_dir) / "check"
+    base.mkdir()
+    cfg = shipped_config(base)
+    install_shipped_units(sandbox)
+    bin_dir = Path(tempfile.mkdtemp(prefix="gs-check-hooks-", dir="/tmp"))
+    try:
+        bin_dir.chmod(0o755)
+        private = bin_dir / "after-ready"
+        private.write_text("#!/bin/sh\nexit 0\n")
+        private.chmod(0o700)  # root's own: the hooks run as nobody
+        fine = bin_dir / "page"
+        fine.write_text("#!/bin/sh\nexit 0\n")
+        fine.chmod(0o755)
+        cfg.write_text(
+            cfg.read_text()
+            + "\n[hooks]\n"
+            + 'before_stop = { argv = ["/nonexistent/gpushift-may-stop"], required = true }\n'
+            + f'after_ready = ["{private}"]\n'
+            + f'on_failure = ["{fine}", "--team", "inference"]\n'
+        )
+        r = run_check(sandbox, cfg)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "hooks (run as nobody)" in r.stdout
+        assert "before_stop: /nonexistent/gpushift-may-stop: ERROR: cannot be run: No such file" in r.stdout
+        assert f"after_ready: {private}: ERROR: is not executable by nobody" in r.stdout
+        assert f"on_failure: {fine}: ok" in r.stdout
+        rep = json.loads(run_check(sandbox, cfg, "--json").stdout)
+        by_event = {h["event"]: h for h in rep["hooks"]["hooks"]}
+        assert by_event["before_stop"]["ok"] is False and by_event["before_stop"]["required"] is True
+        assert by_event["after_ready"]["ok"] is False and by_event["on_failure"]["ok"] is True
+        assert rep["hooks"]["errors"] == 2
+    finally:
+        shutil.rmtree(bin_dir, ignore_errors=True)

@@ -63,22 +63,26 @@ def sched_env(sandbox):
 
 
 class FakeClock:
-    """The daemon's wall clock through libfaketime: an offset file the daemon re-reads at every call
-    (its monotonic clock stays real, so the daemon sees a wall-clock jump)."""
+    """The daemon's wall clock through libfaketime: an offset file the daemon re-reads once a second
+    (its monotonic clock stays real, so the daemon sees a wall-clock jump).  Not at every call:
+    libfaketime 0.9.10 with ``FAKETIME_NO_CACHE=1`` now and then gives a thread the real time (see
+    tests/integration/test_soak.py), which undoes a jump for a moment."""
 
     def __init__(self, lib: str, path: Path) -> None:
         self.path = path
         self.env = [
             f"LD_PRELOAD={lib}",
             f"FAKETIME_TIMESTAMP_FILE={path}",
-            "FAKETIME_NO_CACHE=1",
+            "FAKETIME_CACHE_DURATION=1",
             "FAKETIME_DONT_FAKE_MONOTONIC=1",
         ]
         self.path.write_text("+0\n")
 
     def shift(self, spec: str) -> None:
         """Set the offset from the real clock, in libfaketime's form (``+4h``, ``+7200``)."""
-        self.path.write_text(f"{spec}\n")
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(f"{spec}\n")
+        os.replace(tmp, self.path)  # never an empty file for libfaketime to read
 
     def jump_to(self, at: datetime) -> None:
         """From now on the daemon's clock reads ``at`` (and runs on from there)."""

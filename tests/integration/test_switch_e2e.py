@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from gpushift_env import GPUSHIFT, Backend, GpushiftEnv, end, free_port
 
+from tests.support import busctl as bc
+
 
 def make_env(sandbox, name: str, backends: list[Backend], **opts) -> GpushiftEnv:
     base = Path(sandbox.base_dir) / name
@@ -227,6 +229,27 @@ def test_unknown_backend_and_bad_config_change_nothing(ab):
     env.write_config(good)
     assert env.main_pid("gs-a.service") == a_pid
     assert env.active_state("gs-b.service") == "inactive"
+
+
+def test_daemon_refuses_a_switch_while_its_config_on_disk_is_broken(ab):
+    """The CLI does not validate the config (it reads only the bus): the daemon checks the file on
+    disk before it takes a switch, from any client (busctl here), and refuses it naming file and
+    key; nothing changes.  A valid edit not yet reloaded does not refuse."""
+    bc.require()
+    env = ab()
+    a_pid = env.main_pid("gs-a.service")
+    good = env.config_path.read_text()
+    env.write_config(good.replace("[gpu]", "[gpu]\nresidual_mb = 3"))
+    r = bc.call(["--user"], "SwitchTo", "sa{sv}", "b", "0", check=False, env=env.sb.env)
+    assert r.returncode != 0, r.stdout
+    assert "gpu.residual_mb: unknown key" in r.stderr and str(env.config_path) in r.stderr, r.stderr
+    r = env.cli("switch", "b", "--no-wait")
+    assert r.returncode == 2 and "gpu.residual_mb: unknown key" in r.stderr, r.stderr
+    assert env.main_pid("gs-a.service") == a_pid
+    assert env.active_state("gs-b.service") == "inactive"
+    env.write_config(good + "\n# edited, not reloaded\n")
+    env.cli("switch", "b", check=True)
+    assert env.active_state("gs-b.service") == "active"
 
 
 def test_switch_off_frees_gpus(ab):

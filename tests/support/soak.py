@@ -178,6 +178,10 @@ class Soak:
         line = f"event {self.index} ({self.kind}): {invariant}: {what}"
         self.event_violations.append(line)
         self.stats.violations.append(line)
+        # the daemon's log as it was then, beside the event log (the end of a long run is too late)
+        with contextlib.suppress(Exception):  # a lost dump must not end the soak
+            dump = self.log_path.with_name(f"{self.log_path.stem}.violation-{self.index}.log")
+            dump.write_text(f"{line}\n\n{self.env.daemon_log()[-60000:]}\n")
 
     def check(self, invariant: str, ok: bool, what: str) -> bool:
         self.stats.checks[invariant] += 1
@@ -447,6 +451,16 @@ class Soak:
         tmp.write_text(f"+{int(self.offset_s)}\n")
         os.replace(tmp, self.clock_file)  # never an empty file for libfaketime to read
         self.stats.notes[f"clock +{hours}h"] += 1
+        # libfaketime reads the file again only once its 1 s cache has run out: until the daemon's
+        # clock shows the jump, a switch asked now would get an override ending at the boundary the
+        # daemon saw before it (which the jump may have passed), and the model would disagree.
+        self.wait(self.daemon_sees_clock, 10, "the daemon to see the clock jump")
+
+    def daemon_sees_clock(self) -> bool:
+        """Whether the daemon's next boundary (status) is the one after the soak's fake now."""
+        st = self.status_or_none() or {}
+        nxt = ((st.get("schedule") or {}).get("next") or {}).get("at")
+        return parse_time(nxt) == next_boundary(self.fake_now())
 
     def ev_ledger_disk_full(self) -> None:
         fill(self.filler)

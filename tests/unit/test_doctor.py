@@ -7,7 +7,7 @@ with --split-mode layer).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -632,3 +632,43 @@ def test_doctor_a_kind_added_to_the_table_gets_its_rules_port_paths_and_stop_rul
     # Without --port the kind's default port is the one compared with the health URL.
     moved = replace(backend, health_url="http://127.0.0.1:7001/health")
     assert doctor.HEALTH_URL_PORT in _codes(_check(moved, ["demo-server"], path_exists=None))
+
+
+class _OnlyAskedTable(Mapping[int, Holder]):
+    """A host's listener table that may be asked about one port, never enumerated: enumerating it
+    means mapping every socket of the host to its process (a scan of every process's open files)."""
+
+    def __init__(self, table: dict[int, Holder]) -> None:
+        self.table = table
+
+    def __getitem__(self, port: int) -> Holder:
+        return self.table[port]
+
+    def __iter__(self) -> Any:
+        raise AssertionError("the listener table was enumerated")
+
+    def __len__(self) -> int:
+        raise AssertionError("the listener table was enumerated (its length taken)")
+
+
+def test_doctor_asks_the_listener_table_about_the_backends_port_only() -> None:
+    stranger = Holder(pid=4242, user="bob", command="python3", unit=None)
+    f = _only(_check(_vllm(), VLLM_SEED, listeners=_OnlyAskedTable({8000: stranger})), doctor.PORT_TAKEN)
+    assert "pid 4242" in f.message
+    assert doctor.PORT_TAKEN not in _codes(_check(_vllm(), VLLM_SEED, listeners=_OnlyAskedTable({})))
+
+
+def test_doctor_check_all_only_one_backend_still_compares_it_with_the_others() -> None:
+    inputs = [
+        BackendInput(_vllm(), _unit(VLLM_UNIT), argv=VLLM_SEED),
+        BackendInput(
+            BackendConfig(name="other", unit=LLAMA_UNIT, health_url="http://localhost:8000/ready"),
+            _unit(LLAMA_UNIT),
+            argv=["/usr/bin/other", "--port", "8000"],
+        ),
+    ]
+    both = check_all(inputs, V100X2)
+    assert {f.backend for f in both if f.code == doctor.PORT_DUPLICATE} == {"vllm", "other"}
+    only = check_all(inputs, V100X2, only="other")
+    assert only and {f.backend for f in only} == {"other"}
+    assert doctor.PORT_DUPLICATE in _codes(only)

@@ -143,3 +143,29 @@ def test_the_before_boundary_hook_runs_once_its_lead_before_the_switch_with_its_
     assert (env["GPUSHIFT_TRIGGER"], env["GPUSHIFT_AT"]) == ("schedule", COMING.at.isoformat())
     assert env["GPUSHIFT_TO_UNIT"] == "gpushift-night.service" and env["GPUSHIFT_TICKET"] == ""
     assert log.lines[0][0] == "hook_finished" and log.lines[0][1]["hook"] == HOOK
+
+
+def test_plain_status_shows_the_webhook_queue_and_what_the_look_ahead_is_armed_for() -> None:
+    from gpushift.cli import render_status
+
+    notices_json = {
+        "webhook": {
+            "url": "http://chat.lan:8065/***",
+            "queued": 2,
+            "delivered": 5,
+            "dropped": 1,
+            "last_error": "HTTP 503",
+            "last_delivered_at": None,
+        },  # fmt: skip
+        "lookahead": {
+            HOOK: {"armed": {**COMING.as_dict(), "fires_at": "2026-03-02T19:55:00+00:00"}, "acted": None},
+            NOTICE: {"armed": None, "acted": None},
+        },
+    }
+    text = render_status({"daemon": {"running": True}, "notices": notices_json})
+    assert (
+        "webhook:  http://chat.lan:8065/***: 2 queued, 5 delivered, 1 dropped, last error: HTTP 503" in text
+    )
+    assert f"ahead:    {HOOK} at 2026-03-02T19:55:00+00:00, before the switch to {COMING.target}" in text
+    assert f"ahead:    {NOTICE}" not in text  # not armed: nothing to say
+    assert "webhook:" not in render_status({"daemon": {"running": True}, "notices": {"webhook": None}})

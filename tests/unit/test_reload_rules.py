@@ -104,3 +104,23 @@ def test_log_level_is_applied_live() -> None:
         import structlog
 
         structlog.reset_defaults()
+
+
+def test_config_on_disk_refuses_once_the_file_no_longer_validates(tmp_path) -> None:
+    from gpushift.daemon.settings import ConfigOnDisk
+
+    path = tmp_path / "gpushift.toml"
+    good = BASE.format(provider="nvml", release=120, start=300)
+    path.write_text(good)
+    disk = ConfigOnDisk(str(path))
+    assert disk.load().backends["day"].unit == "day.service"
+    disk.check()  # unchanged: nothing to say
+    path.write_text(good.replace("[gpu]", "[gpu]\nresidual_mb = 3"))
+    with pytest.raises(ConfigError, match="gpu.residual_mb: unknown key") as e:
+        disk.check()
+    assert str(path) in str(e.value)
+    path.write_text(good + "# edited\n")  # valid, not reloaded: no refusal
+    disk.check()
+    path.unlink()
+    with pytest.raises(ConfigError, match=str(path)):
+        disk.check()
