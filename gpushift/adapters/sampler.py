@@ -21,11 +21,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..config import Config
 from ..errors import GpushiftError
-from ..model import UnitState
+from ..model import GpuReading, UnitState
 from ..ports import BackendProbe, Clock, GpuProbe, Ports, UnitControl
 from ..sample import BackendSample, Figure, Sample
 
@@ -35,6 +36,14 @@ _ALL_BY = 0.9
 
 #: The lane that reads every backend unit's state at once (:meth:`UnitControl.states`).
 UNITS = "units"
+#: The lane that reads the GPUs (memory every cycle; their holders as :func:`holders_due` says).
+GPU = "gpu"
+
+#: The holder scan (the ``/proc`` fd walk, most of a GPU read on a host with many processes) runs
+#: when a GPU's memory moved by more than this since the holders were named ...
+HOLDERS_MOVE_MIB = 64.0
+#: ... and otherwise at least every this many sampling periods.
+HOLDERS_EVERY_PERIODS = 15
 
 
 def health_timeout_s(period_s: float) -> float:
@@ -64,6 +73,8 @@ class Sampler:
         self._snap = Sample(self.period_s, config.gpu.residual_mib, bool(ports.gpu.simulated))
         self._cycle_lock = threading.Lock()  # one cycle at a time (the thread, or a refresh)
         self._figures: dict[str, Figure[Any]] = {}
+        # The GPU reading that last named the holders, and when (see _read_gpus).
+        self._named: tuple[tuple[GpuReading, ...] | None, float] = (None, 0.0)
         self._figures_lock = threading.Lock()
         self._lanes: dict[str, threading.Thread] = {}
         self._errors: dict[str, str] = {}
@@ -140,9 +151,7 @@ class Sampler:
         period = self.period_s
         cfg = self._config
         units = {name: b.unit for name, b in cfg.backends.items()}
-        first = self._launch(
-            {UNITS: _bind(self._read_units, units), "gpu": lambda: tuple(self._gpu.read(None))}
-        )
+        first = self._launch({UNITS: _bind(self._read_units, units), GPU: self._read_gpus})
         _join([first[k] for k in (UNITS,) if k in first], t0 + _UNITS_BY * period)
         timeout = health_timeout_s(period)
         jobs: dict[str, Callable[[], Any]] = {}
@@ -171,8 +180,8 @@ class Sampler:
         return started
 
     def _read(self, key: str, fn: Callable[[], Any]) -> None:
-        if key == UNITS:
-            fn()  # stores a figure per unit itself
+        if key in (UNITS, GPU):
+            fn()  # stores its figures itself
             return
         try:
             fig: Figure[Any] = Figure(fn(), self._clock.monotonic())
@@ -201,9 +210,36 @@ class Sampler:
                 why = str(got) if got is not None else error or f"systemd did not answer for {unit}"
                 self._store(f"unit:{name}", Figure(None, at, why))
 
-    def _store(self, key: str, fig: Figure[Any]) -> None:
+    def _read_gpus(self) -> None:
+        """The GPUs' memory; their holders from this read when :func:`holders_due`, else carried
+        over from the read that named them (with that read's time, ``Sample.holders_at``)."""
+        with self._figures_lock:
+            named, named_at = self._named
+        try:
+            now = self._clock.monotonic()
+            readings: tuple[GpuReading, ...] | None = None
+            if not self._gpu.simulated and named is not None:
+                # (The simulated provider's memory IS its holders: it scans on every read anyway.)
+                memory = tuple(self._gpu.read(None, holders=False))
+                if not holders_due(named, memory, now - named_at, self.period_s):
+                    readings = carry_holders(named, memory)
+            if readings is None:
+                readings = named = tuple(self._gpu.read(None))
+                named_at = now
+            fig: Figure[Any] = Figure(readings, self._clock.monotonic())
+        except GpushiftError as e:
+            fig, named = Figure(None, self._clock.monotonic(), str(e)), None
+        except Exception as e:  # an adapter's bug: that figure's error, never the thread's end
+            fig, named = Figure(None, self._clock.monotonic(), f"{type(e).__name__}: {e}"), None
+        self._store(GPU, fig, named=(named, named_at))
+
+    def _store(
+        self, key: str, fig: Figure[Any], named: tuple[tuple[GpuReading, ...] | None, float] | None = None
+    ) -> None:
         with self._figures_lock:
             self._figures[key] = fig
+            if named is not None:  # the GPU figure and when its holders were read, together
+                self._named = named
         if fig.error is not None:
             self._note(key, fig.error)
         else:
@@ -245,7 +281,8 @@ class Sampler:
                         ),
                     )
                 )
-            gpus = self._figures.get("gpu")
+            gpus = self._figures.get(GPU)
+            holders_at = self._named[1] if gpus is not None and gpus.error is None else None
         with self._cond:
             snap = Sample(
                 period_s=period,
@@ -253,6 +290,7 @@ class Sampler:
                 simulated=bool(self._gpu.simulated),
                 backends=tuple(backends),
                 gpus=gpus,
+                holders_at=holders_at,
                 seq=self._snap.seq + 1,
                 taken_at=now,
             )
@@ -310,6 +348,43 @@ def idle_since(
         return None
     before = prev.idle_since if prev is not None else None
     return before if before is not None else in_flight.at
+
+
+def holders_due(
+    named: tuple[GpuReading, ...], memory: tuple[GpuReading, ...], age_s: float, period_s: float
+) -> bool:
+    """Whether the GPUs' holders must be read again (the ``/proc`` scan), given the reading that
+    last named them, a memory-only reading now, and how old the names are.
+
+    Yes when they are :data:`HOLDERS_EVERY_PERIODS` periods old, when that reading could not see
+    every process, and when any GPU's memory moved by more than :data:`HOLDERS_MOVE_MIB` (or became
+    known or unknown, or GPUs came or went): memory that moves is memory somebody took or gave
+    back, and the names must say who — in the same cycle."""
+    if age_s >= HOLDERS_EVERY_PERIODS * period_s or len(named) != len(memory):
+        return True
+    for old, new in zip(named, memory, strict=True):
+        if old.index != new.index or not old.holders_complete or (old.error is None) != (new.error is None):
+            return True
+        if (
+            old.used_mib is None
+            or new.used_mib is None
+            or abs(new.used_mib - old.used_mib) > HOLDERS_MOVE_MIB
+        ):
+            return True
+    return False
+
+
+def carry_holders(named: tuple[GpuReading, ...], memory: tuple[GpuReading, ...]) -> tuple[GpuReading, ...]:
+    """The memory-only readings with the holders of the reading that last named them (same GPUs)."""
+    return tuple(
+        replace(
+            new,
+            holders=old.holders,
+            holders_complete=old.holders_complete,
+            unreadable_pids=old.unreadable_pids,
+        )
+        for old, new in zip(named, memory, strict=True)
+    )
 
 
 def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:

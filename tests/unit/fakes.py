@@ -15,7 +15,7 @@ import copy
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -397,6 +397,7 @@ class FakeGpu:
         self.drain_reads = drain_reads
         self.reads = 0
         self.read_calls: list[tuple[int, ...] | None] = []
+        self.holder_reads = 0  # reads that named holders (the /proc scan of a real provider)
         self.error: str | None = None  # every GPU unreadable (NVML gone)
         self.errors: dict[int, str] = {}  # per GPU
         self.incomplete: dict[int, tuple[int, ...]] = {}  # GPU -> pids whose fds could not be read
@@ -476,6 +477,10 @@ class FakeGpu:
                     a.held, a.release_after_read = False, None
             wanted = range(self.count) if indices is None else indices
             out = [self._reading(i) for i in wanted]
+            if holders:
+                self.holder_reads += 1
+            elif not self.simulated:  # memory only, as NVML answers it: nobody named
+                out = [replace(r, holders=()) for r in out]
             self.log.add("gpu.read", tuple(r.index for r in out), tuple(r.used_mib for r in out))
             return out
 
