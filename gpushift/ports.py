@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from .errors import GpushiftError
 from .model import (
     GpuReading,
     Health,
@@ -31,6 +32,14 @@ class UnitControl(Protocol):
 
     def state(self, unit: str) -> UnitState:
         """Asked of systemd at this moment (never cached): the gate of every decision."""
+        ...
+
+    def states(self, units: Sequence[str]) -> Mapping[str, UnitState | GpushiftError]:
+        """Every unit's state for a watcher that asks every period (the sampler): as current as
+        :meth:`state` for what it fills in — load, active and sub state, ``result``, ``main_pid``,
+        ``main_start_us``, ``exec_main_code``/``exec_main_status``, ``n_restarts`` — but the unit's
+        configuration (``exec_start``, ``environment``, ``fragment_path``, ...) is left empty.
+        A unit that cannot be read maps to its error; the call itself does not raise for one."""
         ...
 
     def start(self, unit: str, timeout_s: float) -> JobResult:
@@ -185,3 +194,16 @@ class Ports:
     doctor: Doctor | None = None
     runs: RunStore | None = None
     hooks: HookRunner | None = None
+
+
+def states_one_by_one(
+    state: Callable[[str], UnitState], units: Sequence[str]
+) -> dict[str, UnitState | GpushiftError]:
+    """:meth:`UnitControl.states` through ``state`` unit by unit, each error kept as that unit's."""
+    out: dict[str, UnitState | GpushiftError] = {}
+    for unit in units:
+        try:
+            out[unit] = state(unit)
+        except GpushiftError as e:
+            out[unit] = e
+    return out

@@ -81,6 +81,9 @@ class Sample:
     gpus: Figure[tuple[GpuReading, ...]] | None = None
     seq: int = 0
     taken_at: float | None = None
+    # When the GPUs' holders were read: the sampler names them again when memory moves, else now
+    # and then (the /proc scan is most of a GPU read), so they may be older than the memory figure.
+    holders_at: float | None = None
 
     def backend(self, name: str) -> BackendSample | None:
         for b in self.backends:
@@ -232,6 +235,11 @@ def _gpu_entries(sample: Sample, now: float) -> list[dict[str, Any]]:
         if stale:  # what it held then is not what it holds now: the figures go, the facts stay
             d.update(used_mib=None, holders=[], unreadable_pids=[], holders_complete=False, state="unknown")
             d["error"] = f"not read for {_s(f.age(now))}"
+        d["holders_age_s"] = (
+            round(max(0.0, now - sample.holders_at), 1)
+            if sample.holders_at is not None and not stale
+            else None
+        )
         d["simulated"] = sample.simulated
         if sample.simulated and "SIMULATED" not in d["name"]:
             d["name"] = f"SIMULATED {d['name']}"
@@ -245,7 +253,7 @@ def to_status(sample: Sample, now: float) -> dict[str, Any]:
 
     Keys: ``active`` (a backend, ``off``, or None), ``active_reason`` (why None), ``running``,
     ``backends`` (per backend: unit state, ``health`` and ``in_flight`` with their ``age_s``),
-    ``gpus`` (each reading with its ``age_s``), ``simulated``, ``sample`` (period, age, cycle), and
+    ``gpus`` (each reading with its ``age_s``, and ``holders_age_s``: how old the names of its holders are), ``simulated``, ``sample`` (period, age, cycle), and
     ``warning`` when more than one backend runs.
     """
     v = verdict(sample, now)

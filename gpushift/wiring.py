@@ -8,6 +8,7 @@ sample, the CLI from a one-shot read (:func:`status_report`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,8 +17,8 @@ from . import __version__
 from .adapters.ledger_view import LedgerView, RememberingLedger, read_view
 from .config import Config
 from .errors import GpushiftError, SystemdError
-from .model import OFF
-from .ports import GpuProbe, Ledger, Ports, UnitControl
+from .model import OFF, UnitState
+from .ports import GpuProbe, Ledger, Ports, UnitControl, states_one_by_one
 from .sample import Sample, to_status
 
 
@@ -61,6 +62,9 @@ class UnreachableUnits:
 
     def state(self, unit: str) -> Any:
         raise SystemdError(self.why)
+
+    def states(self, units: Sequence[str]) -> dict[str, UnitState | GpushiftError]:
+        return states_one_by_one(self.state, units)
 
     def start(self, unit: str, timeout_s: float) -> Any:
         raise SystemdError(self.why)

@@ -5,8 +5,9 @@ every running backend (HTTP, a timeout well inside the period), every GPU's memo
 backend's in-flight requests, and publishes one immutable :class:`~gpushift.sample.Sample`.  Status,
 metrics and the keeper read that sample instead of doing I/O themselves.
 
-Each read runs on a short-lived thread of its own ("lane"), so a hung read holds up nothing but its
-own figure: the cycle waits for its lanes only until a deadline inside the period, publishes what it
+Each read runs on a short-lived thread of its own ("lane"; the unit states of every backend are one
+read, :meth:`~gpushift.ports.UnitControl.states`), so a hung read holds up nothing but its
+own figures: the cycle waits for its lanes only until a deadline inside the period, publishes what it
 has, and does not start a lane again while the previous one still hangs (its figure then ages
 until it is reported unknown).  An adapter that raises becomes that figure's ``error``; nothing
 raises out of the sampler's thread.  Readers never block: :meth:`Sampler.snapshot` returns the
@@ -20,16 +21,29 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..config import Config
 from ..errors import GpushiftError
+from ..model import GpuReading, UnitState
 from ..ports import BackendProbe, Clock, GpuProbe, Ports, UnitControl
 from ..sample import BackendSample, Figure, Sample
 
 #: Parts of the period a cycle waits for its lanes: unit states first, then everything.
 _UNITS_BY = 0.4
 _ALL_BY = 0.9
+
+#: The lane that reads every backend unit's state at once (:meth:`UnitControl.states`).
+UNITS = "units"
+#: The lane that reads the GPUs (memory every cycle; their holders as :func:`holders_due` says).
+GPU = "gpu"
+
+#: The holder scan (the ``/proc`` fd walk, most of a GPU read on a host with many processes) runs
+#: when a GPU's memory moved by more than this since the holders were named ...
+HOLDERS_MOVE_MIB = 64.0
+#: ... and otherwise at least every this many sampling periods.
+HOLDERS_EVERY_PERIODS = 15
 
 
 def health_timeout_s(period_s: float) -> float:
@@ -59,6 +73,8 @@ class Sampler:
         self._snap = Sample(self.period_s, config.gpu.residual_mib, bool(ports.gpu.simulated))
         self._cycle_lock = threading.Lock()  # one cycle at a time (the thread, or a refresh)
         self._figures: dict[str, Figure[Any]] = {}
+        # The GPU reading that last named the holders, and when (see _read_gpus).
+        self._named: tuple[tuple[GpuReading, ...] | None, float] = (None, 0.0)
         self._figures_lock = threading.Lock()
         self._lanes: dict[str, threading.Thread] = {}
         self._errors: dict[str, str] = {}
@@ -134,11 +150,9 @@ class Sampler:
         t0 = time.monotonic()
         period = self.period_s
         cfg = self._config
-        unit_jobs: dict[str, Callable[[], Any]] = {
-            f"unit:{name}": _bind(self._units.state, b.unit) for name, b in cfg.backends.items()
-        }
-        first = self._launch({**unit_jobs, "gpu": lambda: tuple(self._gpu.read(None))})
-        _join([first[k] for k in unit_jobs if k in first], t0 + _UNITS_BY * period)
+        units = {name: b.unit for name, b in cfg.backends.items()}
+        first = self._launch({UNITS: _bind(self._read_units, units), GPU: self._read_gpus})
+        _join([first[k] for k in (UNITS,) if k in first], t0 + _UNITS_BY * period)
         timeout = health_timeout_s(period)
         jobs: dict[str, Callable[[], Any]] = {}
         with self._figures_lock:
@@ -166,14 +180,66 @@ class Sampler:
         return started
 
     def _read(self, key: str, fn: Callable[[], Any]) -> None:
+        if key in (UNITS, GPU):
+            fn()  # stores its figures itself
+            return
         try:
             fig: Figure[Any] = Figure(fn(), self._clock.monotonic())
         except GpushiftError as e:
             fig = Figure(None, self._clock.monotonic(), str(e))
         except Exception as e:  # an adapter's bug: that figure's error, never the thread's end
             fig = Figure(None, self._clock.monotonic(), f"{type(e).__name__}: {e}")
+        self._store(key, fig)
+
+    def _read_units(self, units: Mapping[str, str]) -> None:
+        """Every backend unit's state in one read (one lane: systemd answers for all of them or
+        hangs for all of them); each backend's figure, and its error, is its own."""
+        error = None
+        try:
+            by_unit = self._units.states(list(dict.fromkeys(units.values())))
+        except GpushiftError as e:
+            by_unit, error = {}, str(e)
+        except Exception as e:  # an adapter's bug: those figures' error, never the thread's end
+            by_unit, error = {}, f"{type(e).__name__}: {e}"
+        at = self._clock.monotonic()
+        for name, unit in units.items():
+            got = by_unit.get(unit)
+            if isinstance(got, UnitState):
+                self._store(f"unit:{name}", Figure(got, at))
+            else:
+                why = str(got) if got is not None else error or f"systemd did not answer for {unit}"
+                self._store(f"unit:{name}", Figure(None, at, why))
+
+    def _read_gpus(self) -> None:
+        """The GPUs' memory; their holders from this read when :func:`holders_due`, else carried
+        over from the read that named them (with that read's time, ``Sample.holders_at``)."""
+        with self._figures_lock:
+            named, named_at = self._named
+        try:
+            now = self._clock.monotonic()
+            readings: tuple[GpuReading, ...] | None = None
+            if not self._gpu.simulated and named is not None:
+                # (The simulated provider's memory IS its holders: it scans on every read anyway.)
+                memory = tuple(self._gpu.read(None, holders=False))
+                if not holders_due(named, memory, now - named_at, self.period_s):
+                    readings = carry_holders(named, memory)
+            if readings is None:
+                readings = named = tuple(self._gpu.read(None))
+                named_at = now
+            fig: Figure[Any] = Figure(readings, self._clock.monotonic())
+        except GpushiftError as e:
+            fig, named = Figure(None, self._clock.monotonic(), str(e)), None
+        except Exception as e:  # an adapter's bug: that figure's error, never the thread's end
+            fig, named = Figure(None, self._clock.monotonic(), f"{type(e).__name__}: {e}"), None
+        self._store(GPU, fig, named=(named, named_at))
+
+    def _store(
+        self, key: str, fig: Figure[Any], named: tuple[tuple[GpuReading, ...] | None, float] | None = None
+    ) -> None:
         with self._figures_lock:
             self._figures[key] = fig
+            if named is not None:  # the GPU figure and when its holders were read, together
+                self._named = named
         if fig.error is not None:
             self._note(key, fig.error)
         else:
@@ -215,7 +281,8 @@ class Sampler:
                         ),
                     )
                 )
-            gpus = self._figures.get("gpu")
+            gpus = self._figures.get(GPU)
+            holders_at = self._named[1] if gpus is not None and gpus.error is None else None
         with self._cond:
             snap = Sample(
                 period_s=period,
@@ -223,6 +290,7 @@ class Sampler:
                 simulated=bool(self._gpu.simulated),
                 backends=tuple(backends),
                 gpus=gpus,
+                holders_at=holders_at,
                 seq=self._snap.seq + 1,
                 taken_at=now,
             )
@@ -280,6 +348,43 @@ def idle_since(
         return None
     before = prev.idle_since if prev is not None else None
     return before if before is not None else in_flight.at
+
+
+def holders_due(
+    named: tuple[GpuReading, ...], memory: tuple[GpuReading, ...], age_s: float, period_s: float
+) -> bool:
+    """Whether the GPUs' holders must be read again (the ``/proc`` scan), given the reading that
+    last named them, a memory-only reading now, and how old the names are.
+
+    Yes when they are :data:`HOLDERS_EVERY_PERIODS` periods old, when that reading could not see
+    every process, and when any GPU's memory moved by more than :data:`HOLDERS_MOVE_MIB` (or became
+    known or unknown, or GPUs came or went): memory that moves is memory somebody took or gave
+    back, and the names must say who — in the same cycle."""
+    if age_s >= HOLDERS_EVERY_PERIODS * period_s or len(named) != len(memory):
+        return True
+    for old, new in zip(named, memory, strict=True):
+        if old.index != new.index or not old.holders_complete or (old.error is None) != (new.error is None):
+            return True
+        if (
+            old.used_mib is None
+            or new.used_mib is None
+            or abs(new.used_mib - old.used_mib) > HOLDERS_MOVE_MIB
+        ):
+            return True
+    return False
+
+
+def carry_holders(named: tuple[GpuReading, ...], memory: tuple[GpuReading, ...]) -> tuple[GpuReading, ...]:
+    """The memory-only readings with the holders of the reading that last named them (same GPUs)."""
+    return tuple(
+        replace(
+            new,
+            holders=old.holders,
+            holders_complete=old.holders_complete,
+            unreadable_pids=old.unreadable_pids,
+        )
+        for old, new in zip(named, memory, strict=True)
+    )
 
 
 def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:

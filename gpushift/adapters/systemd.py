@@ -1,6 +1,7 @@
 """L4: systemd through its D-Bus API (pydbus): the :class:`gpushift.ports.UnitControl` port.
 
 Every read is asked of systemd at that moment (no cache): the switcher gates its decisions on it.
+(The sampler's :meth:`SystemdUnits.states` carries over only what cannot have changed unseen.)
 
 Waiting for a job.  ``StartUnit``/``StopUnit`` return a job path; the job's end is the
 ``JobRemoved(id, job, unit, result)`` signal, which systemd only sends to clients that called
@@ -32,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SystemdError
+from ..errors import GpushiftError, SystemdError
 from ..model import JobResult, UnitState
 from .dbus_errors import split_remote
 
@@ -146,6 +147,7 @@ class SystemdUnits:
         # reads its unit every poll, and the proxy call and argument building were most of a read.
         self._paths: dict[str, str] = {}
         self._getall_args: dict[str, Any] = {}
+        self._poll: Any = None  # the sampler's reader (unitpoll.UnitPoll), made at its first use
         # The jobs gpushift itself queued (recent ones): the job watch tells a person's from ours.
         self.own_jobs: collections.deque[str] = collections.deque(maxlen=256)
 
@@ -304,6 +306,14 @@ class SystemdUnits:
             exec_main_status=int(s.get("ExecMainStatus", 0)),
             n_restarts=int(s.get("NRestarts", 0)),
         )
+
+    def states(self, units: Sequence[str]) -> dict[str, UnitState | GpushiftError]:
+        """Every unit's state for the sampler, in few small calls (:mod:`gpushift.adapters.unitpoll`)."""
+        if self._poll is None:
+            from .unitpoll import UnitPoll
+
+            self._poll = UnitPoll(self)
+        return dict(self._poll.states(units))
 
     def keep_loaded(self, unit: str) -> None:
         """Hold a client reference on ``unit`` (``Unit.Ref()``): systemd then keeps it loaded when it

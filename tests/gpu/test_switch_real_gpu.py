@@ -16,8 +16,9 @@ from typing import Any
 
 from gpushift.adapters.host import ProcHost, SystemClock
 from gpushift.config import parse
+from gpushift.errors import GpushiftError
 from gpushift.model import Caller, Health, JobResult, SwitchRecord, UnitState, VersionInfo
-from gpushift.ports import Ports
+from gpushift.ports import Ports, states_one_by_one
 from gpushift.switch import Switcher, SwitchResult
 
 HOLD = r"""
@@ -63,6 +64,9 @@ class ProcessUnits:
             kill_mode="control-group",
             conflicts=("x",),
         )
+
+    def states(self, units: Sequence[str]) -> dict[str, UnitState | GpushiftError]:
+        return states_one_by_one(self.state, units)
 
     def start(self, unit: str, timeout_s: float) -> JobResult:
         self.calls.append(("start", unit))

@@ -15,11 +15,12 @@ import copy
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from gpushift.config import Config, parse
+from gpushift.errors import GpushiftError
 from gpushift.model import (
     Caller,
     GpuInfo,
@@ -38,7 +39,7 @@ from gpushift.model import (
     WarmupRequest,
     WarmupResult,
 )
-from gpushift.ports import Ports
+from gpushift.ports import Ports, states_one_by_one
 from gpushift.switch import Event, Switcher, SwitchResult
 
 # --------------------------------------------------------------------------- shared timeline
@@ -258,6 +259,9 @@ class FakeUnits:
 
     # --- the UnitControl port
 
+    def states(self, units: Sequence[str]) -> dict[str, UnitState | GpushiftError]:
+        return states_one_by_one(self.state, units)
+
     def state(self, unit: str) -> UnitState:
         with self._lock:
             self.state_reads.append(unit)
@@ -393,6 +397,7 @@ class FakeGpu:
         self.drain_reads = drain_reads
         self.reads = 0
         self.read_calls: list[tuple[int, ...] | None] = []
+        self.holder_reads = 0  # reads that named holders (the /proc scan of a real provider)
         self.error: str | None = None  # every GPU unreadable (NVML gone)
         self.errors: dict[int, str] = {}  # per GPU
         self.incomplete: dict[int, tuple[int, ...]] = {}  # GPU -> pids whose fds could not be read
@@ -472,6 +477,10 @@ class FakeGpu:
                     a.held, a.release_after_read = False, None
             wanted = range(self.count) if indices is None else indices
             out = [self._reading(i) for i in wanted]
+            if holders:
+                self.holder_reads += 1
+            elif not self.simulated:  # memory only, as NVML answers it: nobody named
+                out = [replace(r, holders=()) for r in out]
             self.log.add("gpu.read", tuple(r.index for r in out), tuple(r.used_mib for r in out))
             return out
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpushift.adapters.host import SystemClock
-from gpushift.adapters.sampler import Sampler, health_timeout_s
+from gpushift.adapters.sampler import HOLDERS_EVERY_PERIODS, HOLDERS_MOVE_MIB, Sampler, health_timeout_s
 from gpushift.errors import SystemdError
 from gpushift.model import OFF, Health
 from gpushift.sample import Sample, to_status, verdict
@@ -235,10 +235,10 @@ def test_sampler_adapter_raising_becomes_that_figures_error_and_the_thread_goes_
     broken = {"gpu": True}
     real_read = w.gpu.read
 
-    def read(indices: Any = None) -> Any:
+    def read(indices: Any = None, holders: bool = True) -> Any:
         if broken["gpu"]:
             raise RuntimeError("NVML library vanished")
-        return real_read(indices)
+        return real_read(indices, holders)
 
     w.gpu.read = read  # type: ignore[method-assign]
     s.start()
@@ -360,3 +360,97 @@ def test_sampler_reconfigure_follows_the_new_backends(world: Any) -> None:
     snap = s.sample_once()
     assert [b.name for b in snap.backends] == ["day"]
     assert isinstance(snap, Sample) and snap.period_s == PERIOD
+
+
+def test_sampler_reads_every_unit_in_one_call_and_its_failure_is_each_units_error(world: Any) -> None:
+    w = world
+    calls: list[list[str]] = []
+    real_states = w.units.states
+    broken = {"on": False}
+
+    def states(units: list[str]) -> Any:
+        calls.append(list(units))
+        if broken["on"]:
+            raise SystemdError("systemd: list: no answer")
+        return real_states(units)
+
+    w.units.states = states  # type: ignore[method-assign]
+    s = sampler(w)
+    s.sample_once()
+    assert calls == [[w.unit("day"), w.unit("night")]]  # one call a cycle for every backend unit
+    broken["on"] = True
+    w.clock.advance(1)
+    st = to_status(s.sample_once(), w.clock.monotonic())
+    assert st["backends"]["day"]["error"] == "systemd: list: no answer"
+    assert st["backends"]["night"]["error"] == "systemd: list: no answer"
+    assert st["active"] is None and "systemd could not be asked" in st["active_reason"]
+    assert st["gpus"][0]["used_mib"] == 14500.0  # the other figures were read
+
+
+# --------------------------------------------------------------------------- GPU holders
+
+
+def holder_pids(snap: Sample, gpu: int) -> list[int]:
+    assert snap.gpus is not None and snap.gpus.value is not None
+    return [h.pid for h in snap.gpus.value[gpu].holders]
+
+
+def test_sampler_names_gpu_holders_again_when_memory_moves_and_now_and_then(world: Any) -> None:
+    w = world
+    s = sampler(w)
+    day_pid = w.units.units[w.unit("day")].main_pid
+    s.sample_once()
+    assert w.gpu.holder_reads == 1
+    w.clock.advance(PERIOD)
+    snap = s.sample_once()
+    # Memory did not move: read without the /proc scan, the holders carried with their own age.
+    assert w.gpu.holder_reads == 1 and holder_pids(snap, 0) == [day_pid]
+    st = to_status(snap, w.clock.monotonic())
+    assert st["gpus"][0]["used_mib"] == 14500.0 and st["gpus"][0]["age_s"] == 0.0
+    assert st["gpus"][0]["holders_age_s"] == PERIOD and st["gpus"][0]["holders"][0]["pid"] == day_pid
+    # Somebody takes memory: named in that very cycle.
+    w.gpu.add_foreign(0, pid=777, mib=HOLDERS_MOVE_MIB + 1)
+    w.clock.advance(PERIOD)
+    snap = s.sample_once()
+    assert w.gpu.holder_reads == 2 and 777 in holder_pids(snap, 0)
+    assert to_status(snap, w.clock.monotonic())["gpus"][0]["holders_age_s"] == 0.0
+    # ... and gives it back: the names follow.
+    w.gpu.remove_foreign(777)
+    w.clock.advance(PERIOD)
+    assert holder_pids(s.sample_once(), 0) == [day_pid] and w.gpu.holder_reads == 3
+    # A process that opens the GPU without taking memory is named at the latest after this long.
+    w.gpu.add_foreign(1, pid=778, mib=0)
+    for _ in range(HOLDERS_EVERY_PERIODS - 1):
+        w.clock.advance(PERIOD)
+        assert 778 not in holder_pids(s.sample_once(), 1)
+    w.clock.advance(PERIOD)
+    assert 778 in holder_pids(s.sample_once(), 1) and w.gpu.holder_reads == 4
+
+
+def test_sampler_names_holders_on_every_read_of_the_simulated_provider_and_after_a_failure(
+    world: Any,
+) -> None:
+    w = world
+    w.gpu.simulated = True  # its memory IS its holders: every read scans anyway
+    s = sampler(w)
+    for _ in range(3):
+        s.sample_once()
+        w.clock.advance(PERIOD)
+    assert w.gpu.holder_reads == 3
+    w.gpu.simulated = False
+    w.gpu.incomplete = {0: (4242,)}  # not every process could be looked at: look again every time
+    s = sampler(w)
+    for _ in range(3):
+        s.sample_once()
+        w.clock.advance(PERIOD)
+    assert w.gpu.holder_reads == 6
+    w.gpu.incomplete = {}
+    s.sample_once()
+    assert w.gpu.holder_reads == 7
+    w.gpu.error = "NVML: gone"
+    w.clock.advance(PERIOD)
+    assert to_status(s.sample_once(), w.clock.monotonic())["gpus"][0]["state"] == "unknown"
+    w.gpu.error = None
+    w.clock.advance(PERIOD)
+    s.sample_once()  # the GPUs are back: their holders are named at once
+    assert w.gpu.holder_reads == 9
