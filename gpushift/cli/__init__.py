@@ -6,6 +6,7 @@ Sub-command groups that live in their own modules are loaded only when invoked.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -89,10 +90,8 @@ def _leave(code: int = 0) -> NoReturn:
     its own process (click's test runner) gets an ordinary exit."""
     if getattr(sys.modules.get("__main__"), "main", None) is main:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
                 stream.flush()
-            except (OSError, ValueError):  # a closed pipe: nothing more can be said
-                pass
         os._exit(code)
     sys.exit(code)
 
