@@ -171,9 +171,14 @@ class HookRunner(Protocol):
         ...
 
 
-#: The preflight doctor: (config, target, GPU facts) → findings (``gpushift check``'s rules).  The
-#: config is an L2 type, which this L1 module does not import.
-Doctor = Callable[[Any, str, HostGpuFacts], Sequence[Any]]
+class Doctor(Protocol):
+    """The preflight doctor: (config, target, GPU facts) → findings (``gpushift check``'s rules).  The
+    config is an L2 type, which this L1 module does not import.  ``states``: the backends' units as
+    the preflight just read them, by backend name (not asked again)."""
+
+    def __call__(
+        self, config: Any, target: str, facts: HostGpuFacts, states: Mapping[str, UnitState] | None = None
+    ) -> Sequence[Any]: ...
 
 
 @dataclass

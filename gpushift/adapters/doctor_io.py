@@ -136,16 +136,18 @@ def run_checks(
     facts: HostGpuFacts | None = None,
     probe_versions: bool = True,
     only: str | None = None,
+    known_states: Mapping[str, UnitState] | None = None,
 ) -> tuple[list[doctor.Finding], HostGpuFacts, dict[str, UnitState | None]]:
     """Every finding for every configured backend (``only``: for that one alone, still compared with
-    the others), with the facts it was based on."""
+    the others), with the facts it was based on.  ``known_states``: units just read by the caller,
+    by backend name (the others are asked of systemd)."""
     facts = facts or gpu.facts()
     versions, ecc, known = _ledger_memory(ledger)
     states: dict[str, UnitState | None] = {}
     inputs = []
     for name, b in config.backends.items():
-        st: UnitState | None = None
-        if units is not None:
+        st: UnitState | None = (known_states or {}).get(name)
+        if st is None and units is not None:
             try:
                 st = units.state(b.unit)
             except GpushiftError:
@@ -188,13 +190,26 @@ class HostDoctor:
         self.gpu = gpu
         self.ledger = ledger
 
-    def __call__(self, config: Config, target: str, facts: HostGpuFacts) -> list[Any]:
+    def __call__(
+        self,
+        config: Config,
+        target: str,
+        facts: HostGpuFacts,
+        states: Mapping[str, UnitState] | None = None,
+    ) -> list[Any]:
         # Versions are not probed here: a version command may be slow, and the last recorded
         # version is what the pinned-version rule needs before a launch.  The GPU facts are the
         # ones the switcher already read for this switch.  Only the target is checked: another
         # backend's rules (the running one's port, taken by itself) would cost a scan of every
         # process's sockets and count for nothing here.
         findings, _facts, _states = run_checks(
-            config, self.units, self.gpu, self.ledger, facts=facts, probe_versions=False, only=target
+            config,
+            self.units,
+            self.gpu,
+            self.ledger,
+            facts=facts,
+            probe_versions=False,
+            only=target,
+            known_states=states,
         )
         return [f for f in findings if f.backend == target]

@@ -305,7 +305,8 @@ class Switcher:
         # --- preflight (nothing touched yet; every read is asked now)
         self._report(run, Phase.PREFLIGHT, f"checking {target}")
         t0 = clock.monotonic()
-        running = self.running_backends(config)
+        states = self.unit_states(config)  # read once: what runs, the target's unit, the doctor's
+        running = running_backends({name: st.running for name, st in states.items()})
         with self._lock:
             run.previous = list(running)
         msg = None if run.relaunch or run.verify_running else already_there(target, running)
@@ -320,7 +321,7 @@ class Switcher:
                 already=True,
             )
         steps.persist(run)  # from here until the row is complete, a restarted daemon converges from it
-        plan = self.preflight.plan(run, config, running)
+        plan = self.preflight.plan(run, config, running, states)
         rec = plan.record
         rec_box.append(rec)
         run.stopping = list(plan.to_stop)
@@ -340,6 +341,7 @@ class Switcher:
         steps.persist(run)
 
         target_cfg = plan.target
+        ready: UnitState | None = None
         try:
             steps.check_cancel(run, Phase.INTENT)  # a cancel during the preflight ends it here
             # --- the before_stop hook (a required one that fails refuses: nothing stopped yet)
@@ -370,7 +372,7 @@ class Switcher:
                 # The target already runs (beside the others just stopped, or found running by a
                 # recovery): its own memory stays, so there is nothing to release and nothing to
                 # start; prove it answers.
-                steps.wait_ready(run, config, target_cfg, rec.durations_s)
+                ready = steps.wait_ready(run, config, target_cfg, rec.durations_s)
             else:
                 # --- VRAM gate
                 t0 = clock.monotonic()
@@ -380,12 +382,14 @@ class Switcher:
                 if target_cfg is not None:
                     steps.check_cancel(run, Phase.RELEASE)
                     steps.persist(run)
-                    steps.start_and_wait(run, config, target_cfg, rec.durations_s)
+                    ready = steps.start_and_wait(run, config, target_cfg, rec.durations_s)
             if target_cfg is not None:
-                steps.warm_up(run, config, target_cfg, rec)
+                # The unit as read with its 200; after a warm-up request, as it runs now.
+                st = ready
+                if steps.warm_up(run, config, target_cfg, rec, ready) or st is None:
+                    st = self.ports.units.state(target_cfg.unit)
                 steps.persist(run)
                 steps.check_cancel(run, Phase.READY)
-                st = self.ports.units.state(target_cfg.unit)
                 rec.vram["ready"] = [r.to_dict() for r in steps.readings(plan.watched)]
                 # --- version and the launch as it really runs
                 self._report(run, Phase.VERSION, f"asking {target} its version")

@@ -16,7 +16,7 @@ from typing import Any
 from ..config import BackendConfig, Config
 from ..doctor.identity import identity_problems
 from ..errors import GpushiftError, SwitchFailed, VramNotReleased
-from ..model import OFF, HostGpuFacts, Outcome, Phase, SwitchRecord
+from ..model import OFF, HostGpuFacts, Outcome, Phase, SwitchRecord, UnitState
 from ..policy import foreign_memory, gate_gpus
 from .run import SwitchRun
 from .steps import Steps
@@ -80,8 +80,17 @@ class Preflight:
         self._known = gpus
         return True
 
-    def plan(self, run: SwitchRun, config: Config, running: list[str]) -> Plan:
-        """Gather the facts, fill the record, and decide whether the switch may go ahead."""
+    def plan(
+        self,
+        run: SwitchRun,
+        config: Config,
+        running: list[str],
+        states: Mapping[str, UnitState] | None = None,
+    ) -> Plan:
+        """Gather the facts, fill the record, and decide whether the switch may go ahead.
+
+        ``states``: the backends' units as the switch read them a moment ago to know what runs (by
+        backend name); the target's and the doctor's are taken from there, not asked again."""
         ports = self.ports
         target = run.target
         # --restart: the target itself is stopped and started again through the gate.
@@ -117,7 +126,7 @@ class Preflight:
         target_cfg = config.backends.get(target) if target != OFF else None
         plan = Plan(rec, running, to_stop, watched, target_cfg, target in running and not run.relaunch)
         if target_cfg is not None:
-            st = ports.units.state(target_cfg.unit)
+            st = (states or {}).get(target) or ports.units.state(target_cfg.unit)
             rec.unit = target_cfg.unit
             rec.unit_path = st.fragment_path or None
             rec.argv_configured = list(st.exec_start)
@@ -133,7 +142,7 @@ class Preflight:
                 plan.refusal = "; ".join(problems)
                 plan.refusal_error = VramNotReleased.dbus_name()
         if plan.refusal is None and target_cfg is not None and ports.doctor is not None:
-            plan.refusal = self._consult_doctor(run, config, facts, rec)
+            plan.refusal = self._consult_doctor(run, config, facts, rec, states)
         before = self.steps.readings(watched)
         rec.vram["before"] = [r.to_dict() for r in before]
         if plan.refusal is None:
@@ -151,12 +160,17 @@ class Preflight:
         return plan
 
     def _consult_doctor(
-        self, run: SwitchRun, config: Config, facts: HostGpuFacts, rec: SwitchRecord
+        self,
+        run: SwitchRun,
+        config: Config,
+        facts: HostGpuFacts,
+        rec: SwitchRecord,
+        states: Mapping[str, UnitState] | None,
     ) -> str | None:
         """Preflight rules (gpushift check): errors refuse the switch, warnings are recorded."""
         assert self.ports.doctor is not None
         try:
-            findings = list(self.ports.doctor(config, run.target, facts))
+            findings = list(self.ports.doctor(config, run.target, facts, states))
         except Exception as e:  # the doctor must never be why a switch fails
             self.log.exception("doctor_failed", ticket=run.ticket, error=repr(e))
             rec.extra["doctor_error"] = repr(e)

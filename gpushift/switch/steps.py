@@ -217,8 +217,9 @@ class Steps:
 
     def start_and_wait(
         self, run: SwitchRun, config: Config, b: BackendConfig, durations: dict[str, float]
-    ) -> None:
-        """StartUnit (after ResetFailedUnit when needed), then wait until it answers."""
+    ) -> UnitState:
+        """StartUnit (after ResetFailedUnit when needed), then wait until it answers; returns the
+        unit as read when it answered (:meth:`wait_ready`)."""
         clock = self.ports.clock
         units = self.ports.units
         t0 = clock.monotonic()
@@ -235,15 +236,16 @@ class Steps:
                 f"start job of {b.unit} ended with {job.result!r} (Result={st.result})",
                 systemd_result=st.result,
             )
-        self.wait_ready(run, config, b, durations)
+        return self.wait_ready(run, config, b, durations)
 
     def wait_ready(
         self, run: SwitchRun, config: Config, b: BackendConfig, durations: dict[str, float]
-    ) -> None:
+    ) -> UnitState:
         """Poll the health URL until 200, watching the unit: an exit is noticed within
         ``UNIT_CHECK_INTERVAL_S`` (the unit is read that often, and once more when health answers 200,
         so a 200 from anything but a running unit is never taken; systemd's answer costs several
-        times a health request, which is polled every ``fast_poll_interval_s``)."""
+        times a health request, which is polled every ``fast_poll_interval_s``).  Returns the unit
+        as read with that 200 (the launch record describes it without asking again)."""
         clock = self.ports.clock
         self.report(run, Phase.READY, f"waiting for {b.health_url}")
         t0 = clock.monotonic()
@@ -267,7 +269,7 @@ class Steps:
             if h.ok:
                 durations["ready"] = round(clock.monotonic() - t0, 3)
                 self.report(run, Phase.READY, f"{b.name} is ready ({clock.monotonic() - t0:.1f}s)")
-                return
+                return st
             detail = f"HTTP {h.status}" if h.status is not None else (h.detail or "no answer")
             if detail != last:
                 self.report(run, Phase.READY, f"{b.name}: {detail}")
@@ -281,16 +283,19 @@ class Steps:
             self.check_cancel(run, Phase.READY)
             clock.sleep(ready_interval(config, clock.monotonic() - t0))
 
-    def warm_up(self, run: SwitchRun, config: Config, b: BackendConfig, rec: SwitchRecord) -> None:
+    def warm_up(
+        self, run: SwitchRun, config: Config, b: BackendConfig, rec: SwitchRecord, st: UnitState | None = None
+    ) -> bool:
         """Proof of inference: one small request answered (its time to first token recorded), or
-        the start failed — a backend can answer its health URL while its first request fails."""
+        the start failed — a backend can answer its health URL while its first request fails.
+        ``st``: the unit as just read (else asked now).  Returns whether a request was sent."""
         units, host = self.ports.units, self.ports.host
-        st = units.state(b.unit)
+        st = st if st is not None else units.state(b.unit)
         env = cmdline.environment(st.environment)
         argv = host.cmdline(st.main_pid) if st.main_pid else []
         req = warmup.request_for(b, argv or cmdline.expand(st.exec_start, env), env)
         if req is None:
-            return
+            return False
         self.check_cancel(run, Phase.WARMUP)
         path = req.url.split("/", 3)[-1]
         self.report(run, Phase.WARMUP, f"{b.name}: a first request (/{path})")
@@ -305,6 +310,7 @@ class Steps:
         self.report(
             run, Phase.WARMUP, f"{b.name} answered: first token {res.ttft_s:.2f}s, all {res.total_s:.2f}s"
         )
+        return True
 
     def record_launch(self, rec: SwitchRecord, b: BackendConfig, st: UnitState) -> None:
         """The launch as it really runs: argv from /proc, the version, the launch description."""
