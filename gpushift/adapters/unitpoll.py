@@ -26,7 +26,7 @@ with :meth:`SystemdUnits.state` instead, so its error, if any, is its own.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,8 @@ class UnitPoll:
         self._units = units
         self._lock = threading.Lock()
         self._last: dict[str, tuple[_Listed, int, UnitState]] = {}  # unit -> (row, main pid, state)
+        # The calls' arguments and reply types, built once (PyGObject builds a GVariant in Python).
+        self._args: dict[Any, Any] = {}
 
     def states(self, names: Sequence[str]) -> dict[str, UnitState | GpushiftError]:
         """Every unit's state, or its error (see the module's docstring)."""
@@ -118,14 +120,24 @@ class UnitPoll:
             SYSTEMD_PATH,
             MANAGER_IFACE,
             "ListUnitsByNames",
-            GLib.Variant("(as)", (list(names),)),
+            self._arg(tuple(names), lambda: GLib.Variant("(as)", (list(names),))),
             "(a(ssssssouso))",
             "list",
         )
         out: dict[str, _Listed] = {}
-        for row in reply.unpack()[0]:
-            name, _desc, load, active, sub, _following, path, job_id = row[:8]
-            out[str(name)] = _Listed(str(load), str(active), str(sub), str(path), int(job_id))
+        rows = reply.get_child_value(0)
+        for i in range(rows.n_children()):
+            row = rows.get_child_value(i)
+            field = (
+                row.get_child_value
+            )  # (name, description, load, active, sub, following, path, job id, ...)
+            out[field(0).get_string()] = _Listed(
+                field(2).get_string(),
+                field(3).get_string(),
+                field(4).get_string(),
+                field(6).get_string(),
+                field(7).get_uint32(),
+            )
         return out
 
     def _main_pid(self, path: str, unit: str) -> int:
@@ -136,12 +148,18 @@ class UnitPoll:
             path,
             PROPS_IFACE,
             "Get",
-            GLib.Variant("(ss)", (SERVICE_IFACE, "MainPID")),
+            self._arg("MainPID", lambda: GLib.Variant("(ss)", (SERVICE_IFACE, "MainPID"))),
             "(v)",
             "read the main PID of",
             unit,
         )
-        return int(reply.unpack()[0])
+        return int(reply.get_child_value(0).get_variant().get_uint32())
+
+    def _arg(self, key: Any, make: Callable[[], Any]) -> Any:
+        arg = self._args.get(key)
+        if arg is None:
+            arg = self._args[key] = make()
+        return arg
 
     def _sync(
         self, dest: str, path: str, iface: str, method: str, args: Any, rtype: str, what: str, unit: str = ""
@@ -156,7 +174,7 @@ class UnitPoll:
                 iface,
                 method,
                 args,
-                GLib.VariantType.new(rtype),
+                self._arg(rtype, lambda: GLib.VariantType.new(rtype)),
                 0,
                 int(u._call_timeout_s * 1000),
                 None,
