@@ -6,12 +6,14 @@ Sub-command groups that live in their own modules are loaded only when invoked.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
+import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -78,6 +80,20 @@ class _LazyGroup(click.Group):
 def _fail(e: GpushiftError) -> None:
     say(f"gpushift: {e}", err=True)
     sys.exit(e.code)
+
+
+def _leave(code: int = 0) -> NoReturn:
+    """End ``gpushift switch``/``status`` once their last line is out: the output is flushed and the
+    process ends without the interpreter's teardown (freeing every module and object: 15–30 ms
+    measured at the end of a switch, while the daemon samples what the switch left beside it).
+    Only when this process is the ``gpushift`` command itself; a caller that runs the commands in
+    its own process (click's test runner) gets an ordinary exit."""
+    if getattr(sys.modules.get("__main__"), "main", None) is main:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def _config(ctx: click.Context) -> Any:
@@ -380,8 +396,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         say_json(json.dumps(s, indent=2, default=str))
     else:
         say(render_status(s, painter()))
-    if not (s.get("daemon") or {}).get("running"):
-        sys.exit(DaemonUnavailable.code)
+    _leave(0 if (s.get("daemon") or {}).get("running") else DaemonUnavailable.code)
 
 
 # ------------------------------------------------------------------ switch
@@ -497,14 +512,14 @@ def switch(
             else:
                 led = f"ledger #{result['ledger_id']}, " if result.get("ledger_id") else ""
                 say(f"ok: {terminal.escape(result.get('message'))} ({led}{elapsed:.1f}s)")
-        return
+        _leave(0)
     from ..errors import by_dbus_name
 
     cls = by_dbus_name().get(result.get("error") or "", GpushiftError)
     if not as_json:
         shown = terminal.escape_tree(result)
         say(f"gpushift: switch {shown.get('outcome')}: {shown.get('message')}", err=True)
-    sys.exit(cls.code if cls.code != 1 else 7)
+    _leave(cls.code if cls.code != 1 else 7)
 
 
 @main.command()
