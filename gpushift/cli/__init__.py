@@ -253,6 +253,8 @@ def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
             lines.append(f"reload:   REJECTED, old config in force: {d['reload_error']}")
         if d.get("override_ignored"):
             lines.append(f"override: IGNORED, obeying the schedule: {d['override_ignored']}")
+        if d.get("override_not_saved"):
+            lines.append(f"override: NOT SAVED: {d['override_not_saved']}")
     else:
         lines.append(
             f"daemon:   {paint('DOWN')} ({d.get('error', 'not running')}); showing what the CLI can read itself"

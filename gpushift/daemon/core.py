@@ -86,6 +86,9 @@ class Daemon:
             os.path.join(self.config.daemon.state_dir, "override.json"),
             log=self.log,
             backends=set(self.config.backends),
+            # while the state directory cannot be written (disk full): a restart must not bring an
+            # older override back
+            fallback=os.path.join(self.config.daemon.runtime_dir, "override.json"),
         )
         self.keeper = Keeper(
             self.switcher,
@@ -172,6 +175,7 @@ class Daemon:
             "reload_error": self.reload_error,
             "reloaded_at": self.reloaded_at.isoformat() if self.reloaded_at else None,
             "override_ignored": self.override_store.ignored,  # override.json found unusable at start
+            "override_not_saved": self.override_store.error,  # the state directory cannot be written
         }
         c = self.components
         out = wiring.compose_status(self.config, sample, now, daemon, c.ledger_view())
@@ -467,6 +471,10 @@ class Daemon:
     def _reconcile(self) -> None:
         """Every reconcile_interval_s and after a clock jump (the clockwork's timer, loop thread)."""
         self._flush_ledger()
+        try:
+            self.override_store.flush()  # an override the state directory could not take (disk full)
+        except Exception as e:
+            self.log.error("override_flush_failed", error=repr(e))
         self.clockwork.tick(Trigger.RECONCILE)
         self.clockwork.arm()
         self._update_status_line()

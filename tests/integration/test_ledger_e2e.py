@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,47 @@ def test_full_disk_switch_completes_degraded_and_lands_once_after_sigkill(full_d
     assert mine[0]["outcome"] == "ok" and mine[0]["to"] == "b"
     assert not list((env.runtime_dir / "ledger-pending").glob("*.json"))
     assert env.cli("ledger", "verify").returncode == 0
+
+
+def test_an_override_set_on_a_full_disk_survives_a_restart_and_lands_when_space_is_back(full_disk_env):
+    """Found by the soak: the override could not be saved (disk full), a SIGKILL later the daemon
+    read the OLDER override.json and switched back to what a person had switched away from."""
+    sb, root, state = full_disk_env
+    sched = root / "schedule"
+    sched.write_text("TZ=UTC\n0 0 * * * a\n")  # a, all day
+    a = Backend("a", free_port(), [0, 1], version="1.0.0")
+    b = Backend("b", free_port(), [0, 1], version="2.0.0")
+    env = GpushiftEnv(sb, root / "gs", [a, b], schedule=str(sched), reconcile_interval_s=2)
+    env.state_dir = state
+    env.simdir = state / "simgpu"
+    env.up()
+    env.wait_for(lambda: env.status()["active"] == "a", 30, "the schedule's a to serve")
+    env.cli("switch", "b", check=True)  # override b, saved in the state directory
+    filler = state / "filler"
+    fill(filler)
+    try:
+        env.cli("switch", "a", "--reason", "back to a on a full disk", check=True)
+        st = env.status()
+        assert st["override"]["backend"] == "a"
+        assert "No space left on device" in st["daemon"]["override_not_saved"]
+        assert "override: NOT SAVED" in env.cli("status").stdout
+        pid = int(sb.show("gpushift.service", "MainPID")["MainPID"])
+        os.kill(pid, signal.SIGKILL)
+        env.wait_for(
+            lambda: (
+                sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
+                and env.active_state("gpushift.service") == "active"
+            ),
+            30,
+            "the restart",
+        )
+        env.wait_for(lambda: env.status()["daemon"].get("switch") is None, 30, "the daemon to be idle")
+        time.sleep(5)  # two reconcile intervals: time for a wrong override to start a switch
+        st = env.status()
+        assert st["override"] and st["override"]["backend"] == "a", st["override"]  # not the older b
+        assert env.active_state(a.unit) == "active" and env.active_state(b.unit) == "inactive"
+    finally:
+        filler.unlink(missing_ok=True)  # space is back
+    env.wait_for(lambda: env.status()["daemon"]["override_not_saved"] is None, 30, "the override to be saved")
+    assert json.loads((state / "override.json").read_text())["backend"] == "a"
+    assert not (env.runtime_dir / "override.json").exists()
