@@ -97,8 +97,10 @@ class Preflight:
         to_stop = [b for b in running if b != target or run.relaunch]
         known = self.known_gpus()
         # "All GPUs" means every GPU visible now AND every GPU the last launch saw: one that fell
-        # off the bus is still watched (and, unreadable, keeps the gate closed).
-        every_gpu = sorted(set(self.steps.all_gpus()) | set(known))
+        # off the bus is still watched (and, unreadable, keeps the gate closed).  One read of every
+        # GPU, with who holds what, serves both that list and the readings before the switch.
+        now = {r.index: r for r in self.steps.readings(None)}
+        every_gpu = sorted(set(now) | set(known))
         watched = gate_gpus(config, target, to_stop, every_gpu)
         rec = SwitchRecord(
             trigger=run.trigger.value,
@@ -143,7 +145,10 @@ class Preflight:
                 plan.refusal_error = VramNotReleased.dbus_name()
         if plan.refusal is None and target_cfg is not None and ports.doctor is not None:
             plan.refusal = self._consult_doctor(run, config, facts, rec, states)
-        before = self.steps.readings(watched)
+        missing = [i for i in watched if i not in now]  # seen at the last launch, not visible now
+        if missing:
+            now.update((r.index, r) for r in self.steps.readings(missing))
+        before = [now[i] for i in watched]
         rec.vram["before"] = [r.to_dict() for r in before]
         if plan.refusal is None:
             own = [*to_stop, *([target] if plan.target_running else [])]

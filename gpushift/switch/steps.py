@@ -98,8 +98,9 @@ class Steps:
 
     # ------------------------------------------------------------------ reads
 
-    def readings(self, indices: Sequence[int]) -> list[GpuReading]:
-        return self.ports.gpu.read(list(indices))
+    def readings(self, indices: Sequence[int] | None) -> list[GpuReading]:
+        """Memory and holders of ``indices`` (None: of every GPU visible now)."""
+        return self.ports.gpu.read(None if indices is None else list(indices))
 
     def all_gpus(self) -> tuple[int, ...]:
         """The GPUs visible now (memory only: who holds what is read where it is used)."""
