@@ -267,16 +267,27 @@ class Daemon:
                 return False
             if ev.result is None:
                 svc.Progress(ev.ticket, ev.phase.value, redact.redact_text(ev.detail))
+                svc.announce()  # the properties this event changed, right after its signal
             else:
-                result = redact.redact_tree(ev.result.to_dict())
-                svc.Finished(ev.ticket, ev.ok, json.dumps(result, default=str))
-                self.latest_sample()  # what follows (the keeper's tick) decides from the sample after it
                 if not ev.ok and ev.ticket in self._manual_tickets:
                     self.keeper.manual_failed(ev.result.to_backend)
                 self._manual_tickets.discard(ev.ticket)
-                self._update_status_line()
+                # The keeper's first look after the switch (it asks systemd what runs, not the
+                # sample) comes before Finished: what a person does once `gpushift switch` exited
+                # (a `systemctl restart`) is seen as a change after the switch, never as its end.
                 self.clockwork.tick(Trigger.RECONCILE)
-            svc.announce()  # the properties this event changed, right after its signal
+                result = redact.redact_tree(ev.result.to_dict())
+                svc.Finished(ev.ticket, ev.ok, json.dumps(result, default=str))
+            return False
+
+        def after_sample() -> bool:
+            """Once the sample of what the switch left is published: the properties it changed
+            and the status line, from it."""
+            svc = self._service
+            if svc is None:
+                return False
+            self._update_status_line()
+            svc.announce()
             return False
 
         if ev.result is None:
@@ -285,16 +296,22 @@ class Daemon:
                 self.notify.status(redact.redact_text(f"switching: {ev.phase} {ev.detail}")[:200])
             return
         # The row is complete: Finished goes out now (the CLI exits on it).  The sample of what the
-        # switch left is taken right after; until it is published, status and the properties wait
-        # for it (latest_sample), so a status asked once `gpushift switch` exited shows the new
-        # backend serving, and the keeper's tick after Finished decides from it.
-        self._sampled.clear()
-        GLib.idle_add(emit)
-        self._sample_after_switch()
+        # switch left is taken beside it, on a thread of its own (this listener returns at once: the
+        # keeper's own listener must see the end before the keeper's tick does); until the sample is
+        # published, status and the properties wait for it (latest_sample), so a status asked once
+        # `gpushift switch` exited shows the new backend serving; the loop goes on meanwhile.
         try:
             self.notices.finished(ev.result)  # the webhook's document, queued on disk
         except Exception as e:  # a listener must not fail the switch's end
             self.log.error("webhook_enqueue_failed", error=repr(e))
+        self._sampled.clear()
+
+        def sample() -> None:
+            self._sample_after_switch()
+            GLib.idle_add(after_sample)
+
+        threading.Thread(target=sample, name="sample-after-switch", daemon=True).start()
+        GLib.idle_add(emit)
 
     def _start_sampler(self) -> None:
         """The sampler's first sample is taken before the bus name is: status has a picture at once."""
@@ -306,7 +323,7 @@ class Daemon:
         self.watcher.sampler = self.sampler
 
     def _sample_after_switch(self) -> None:
-        """On the worker thread, as Finished goes out: a sample taken after the switch ended, so a
+        """As Finished goes out (a thread of its own): a sample taken after the switch ended, so a
         status asked right after the switch shows what it left."""
         try:
             self.sampler.sample_once()
