@@ -42,7 +42,7 @@ class DaemonConfig:
     poll_interval_s: float = 0.5
     # While a switch waits on the hardware (the VRAM gate, a backend's first seconds of loading) it
     # polls this often; readiness then backs off towards poll_interval_s for slow loaders.
-    fast_poll_interval_s: float = 0.02
+    fast_poll_interval_s: float = 0.01
     evidence_lines: int = 50  # a failed start's or a crash's row keeps the unit's last log lines
     prewarm_rate_mib_s: float = 512.0  # the pre-warm reader's cap, so the serving backend keeps its disk
     stop_timeout_s: float = 180.0  # waiting for a stop job; systemd's TimeoutStopSec kills first
@@ -351,7 +351,7 @@ class _Reader:
                 d, "daemon", "poll_interval_s", 0.5, minimum=0.05, maximum=POLL_MAX_S
             ),
             fast_poll_interval_s=self.number(
-                d, "daemon", "fast_poll_interval_s", 0.02, minimum=0.005, maximum=1.0
+                d, "daemon", "fast_poll_interval_s", 0.01, minimum=0.005, maximum=1.0
             ),
             evidence_lines=self.number(d, "daemon", "evidence_lines", 50, integer=True, maximum=1000),
             prewarm_rate_mib_s=self.number(

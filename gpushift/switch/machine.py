@@ -268,6 +268,7 @@ class Switcher:
         runs = self.ports.runs
         if runs is None:
             return
+        self.steps.forget_persisted()
         try:
             runs.clear()
         except OSError as e:

@@ -194,6 +194,20 @@ def test_switch_run_is_written_before_the_stop_before_the_start_and_after_ready(
     assert Phase.READY.value in phases and phases.index(Phase.STOP.value) < phases.index(Phase.START.value)
 
 
+def test_switch_run_is_rewritten_only_when_what_recovery_reads_changed(world: Any) -> None:
+    assert world.switch("night").ok
+    saves = list(world.runs.saves)
+    recovery_view = [{**s, "detail": None} for s in saves]
+    assert all(a != b for a, b in zip(recovery_view, recovery_view[1:], strict=False)), [
+        s["phase"] for s in saves
+    ]
+    phases = [s["phase"] for s in saves]
+    for phase in (Phase.STOP, Phase.RELEASE, Phase.START, Phase.READY):
+        assert phase.value in phases, phases
+    assert world.switch("day").ok  # the next switch writes its own run from the start
+    assert world.runs.saves[len(saves)]["target"] == "day"
+
+
 def test_switch_run_round_trips_through_json() -> None:
     run = SwitchRun("t1", "night", Trigger.MANUAL, "alice", "why", datetime.now(timezone.utc), 1.5, uid=1000)
     run.phase, run.previous, run.touched, run.cancelled_by = Phase.START, ["day"], True, "carol"
