@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config import Config
@@ -40,10 +40,20 @@ UNITS = "units"
 GPU = "gpu"
 
 #: The holder scan (the ``/proc`` fd walk, most of a GPU read on a host with many processes) runs
-#: when a GPU's memory moved by more than this since the holders were named ...
+#: when a backend's main process changed, when a GPU's memory moved by more than this since the
+#: holders were named ...
 HOLDERS_MOVE_MIB = 64.0
 #: ... and otherwise at least every this many sampling periods.
 HOLDERS_EVERY_PERIODS = 15
+
+
+@dataclass(frozen=True)
+class _Named:
+    """The GPU read that named the holders: its readings, when, and the backends' main PIDs then."""
+
+    readings: tuple[GpuReading, ...]
+    at: float
+    pids: tuple[Any, ...] | None
 
 
 def health_timeout_s(period_s: float) -> float:
@@ -73,8 +83,7 @@ class Sampler:
         self._snap = Sample(self.period_s, config.gpu.residual_mib, bool(ports.gpu.simulated))
         self._cycle_lock = threading.Lock()  # one cycle at a time (the thread, or a refresh)
         self._figures: dict[str, Figure[Any]] = {}
-        # The GPU reading that last named the holders, and when (see _read_gpus).
-        self._named: tuple[tuple[GpuReading, ...] | None, float] = (None, 0.0)
+        self._named: _Named | None = None  # the GPU read that last named the holders
         self._figures_lock = threading.Lock()
         self._lanes: dict[str, threading.Thread] = {}
         self._errors: dict[str, str] = {}
@@ -151,7 +160,9 @@ class Sampler:
         period = self.period_s
         cfg = self._config
         units = {name: b.unit for name, b in cfg.backends.items()}
-        first = self._launch({UNITS: _bind(self._read_units, units), GPU: self._read_gpus})
+        first = self._launch({UNITS: _bind(self._read_units, units)})
+        units_by = t0 + _UNITS_BY * period
+        first.update(self._launch({GPU: _bind(self._read_gpus, first.get(UNITS), units_by)}))
         _join([first[k] for k in (UNITS,) if k in first], t0 + _UNITS_BY * period)
         timeout = health_timeout_s(period)
         jobs: dict[str, Callable[[], Any]] = {}
@@ -210,36 +221,57 @@ class Sampler:
                 why = str(got) if got is not None else error or f"systemd did not answer for {unit}"
                 self._store(f"unit:{name}", Figure(None, at, why))
 
-    def _read_gpus(self) -> None:
-        """The GPUs' memory; their holders from this read when :func:`holders_due`, else carried
-        over from the read that named them (with that read's time, ``Sample.holders_at``)."""
+    def _read_gpus(self, units_lane: threading.Thread | None, units_by: float) -> None:
+        """The GPUs' memory; their holders from this read when they may have changed, else carried
+        over from the read that named them (with its time, ``Sample.holders_at``).
+
+        They may have changed when :func:`holders_due` says so by the memory, and when a backend's
+        main process is not the one it was then (a relaunch that left the memory as it was): this
+        cycle's unit states are waited for (``units_lane``, until ``units_by``) to tell; when they
+        cannot be had, the holders are read again."""
         with self._figures_lock:
-            named, named_at = self._named
+            named = self._named
         try:
             now = self._clock.monotonic()
             readings: tuple[GpuReading, ...] | None = None
             if not self._gpu.simulated and named is not None:
                 # (The simulated provider's memory IS its holders: it scans on every read anyway.)
                 memory = tuple(self._gpu.read(None, holders=False))
-                if not holders_due(named, memory, now - named_at, self.period_s):
-                    readings = carry_holders(named, memory)
+                if not holders_due(named.readings, memory, now - named.at, self.period_s):
+                    pids = self._main_pids(units_lane, units_by)
+                    if pids is not None and pids == named.pids:
+                        readings = carry_holders(named.readings, memory)
             if readings is None:
-                readings = named = tuple(self._gpu.read(None))
-                named_at = now
+                readings = tuple(self._gpu.read(None))
+                named = _Named(readings, now, self._main_pids(units_lane, units_by))
             fig: Figure[Any] = Figure(readings, self._clock.monotonic())
         except GpushiftError as e:
             fig, named = Figure(None, self._clock.monotonic(), str(e)), None
         except Exception as e:  # an adapter's bug: that figure's error, never the thread's end
             fig, named = Figure(None, self._clock.monotonic(), f"{type(e).__name__}: {e}"), None
-        self._store(GPU, fig, named=(named, named_at))
+        self._store(GPU, fig, named=named)
 
-    def _store(
-        self, key: str, fig: Figure[Any], named: tuple[tuple[GpuReading, ...] | None, float] | None = None
-    ) -> None:
+    def _main_pids(self, units_lane: threading.Thread | None, by: float) -> tuple[Any, ...] | None:
+        """Every backend unit's main PID as this cycle read it; None when that read is not done."""
+        if units_lane is None:
+            return None  # the previous read still hangs: this cycle has none
+        units_lane.join(max(0.0, by - time.monotonic()))
+        if units_lane.is_alive():
+            return None
+        with self._figures_lock:
+            return tuple(
+                sorted(
+                    (key, f.value.main_pid if f.value is not None else -1)
+                    for key, f in self._figures.items()
+                    if key.startswith("unit:")
+                )
+            )
+
+    def _store(self, key: str, fig: Figure[Any], named: _Named | None | bool = False) -> None:
         with self._figures_lock:
             self._figures[key] = fig
-            if named is not None:  # the GPU figure and when its holders were read, together
-                self._named = named
+            if named is not False:  # the GPU figure and the read that named its holders, together
+                self._named = named if isinstance(named, _Named) else None
         if fig.error is not None:
             self._note(key, fig.error)
         else:
@@ -282,7 +314,8 @@ class Sampler:
                     )
                 )
             gpus = self._figures.get(GPU)
-            holders_at = self._named[1] if gpus is not None and gpus.error is None else None
+            named = self._named
+            holders_at = named.at if named is not None and gpus is not None and gpus.error is None else None
         with self._cond:
             snap = Sample(
                 period_s=period,

@@ -87,6 +87,10 @@ def test_status_stops_reporting_a_backend_as_serving_once_its_health_turns_bad(s
     health = st["backends"]["a"]["health"]
     assert health["state"] == "ok" and health["age_s"] <= 2 * period
     assert all(g["age_s"] <= 2 * period for g in st["gpus"])
+    # Who holds the memory, with how old those names are (the simulated GPUs name them every read).
+    main_pid = st["backends"]["a"]["main_pid"]
+    assert all(main_pid in [h["pid"] for h in g["holders"]] for g in st["gpus"])
+    assert all(g["holders_age_s"] is not None and g["holders_age_s"] <= 2 * period for g in st["gpus"])
     assert st["sample"]["period_s"] == period
 
     set_health(a, "fail")

@@ -427,6 +427,24 @@ def test_sampler_names_gpu_holders_again_when_memory_moves_and_now_and_then(worl
     assert 778 in holder_pids(s.sample_once(), 1) and w.gpu.holder_reads == 4
 
 
+def test_sampler_names_gpu_holders_again_when_a_backend_was_relaunched_with_the_same_memory(
+    world: Any,
+) -> None:
+    w = world
+    s = sampler(w)
+    old_pid = w.units.units[w.unit("day")].main_pid
+    assert holder_pids(s.sample_once(), 0) == [old_pid]
+    w.units.set_stopped(w.unit("day"))  # restarted between two cycles: same memory, another process
+    new_pid = w.units.set_running(w.unit("day"))
+    w.clock.advance(PERIOD)
+    snap = s.sample_once()
+    assert new_pid != old_pid and holder_pids(snap, 0) == [new_pid] and holder_pids(snap, 1) == [new_pid]
+    assert to_status(snap, w.clock.monotonic())["gpus"][0]["holders_age_s"] == 0.0
+    w.clock.advance(PERIOD)
+    reads = w.gpu.holder_reads
+    assert holder_pids(s.sample_once(), 0) == [new_pid] and w.gpu.holder_reads == reads  # settled again
+
+
 def test_sampler_names_holders_on_every_read_of_the_simulated_provider_and_after_a_failure(
     world: Any,
 ) -> None:
