@@ -160,9 +160,14 @@ class Sampler:
         period = self.period_s
         cfg = self._config
         units = {name: b.unit for name, b in cfg.backends.items()}
-        first = self._launch({UNITS: _bind(self._read_units, units)})
+        units_read = threading.Event()  # set by this cycle's units lane when its figures are stored
+        first = self._launch({UNITS: _bind(self._read_units, units, units_read)})
         units_by = t0 + _UNITS_BY * period
-        first.update(self._launch({GPU: _bind(self._read_gpus, first.get(UNITS), units_by)}))
+        # The GPU lane waits for the units on the Event, never by joining their lane: only this
+        # thread joins (or asks is_alive of) a lane.  Two threads joining one thread race inside
+        # CPython's Thread.join (python/cpython#116372: AssertionError, or "release unlocked lock").
+        mine = units_read if UNITS in first else None
+        first.update(self._launch({GPU: _bind(self._read_gpus, mine, units_by)}))
         _join([first[k] for k in (UNITS,) if k in first], t0 + _UNITS_BY * period)
         timeout = health_timeout_s(period)
         jobs: dict[str, Callable[[], Any]] = {}
@@ -202,7 +207,14 @@ class Sampler:
             fig = Figure(None, self._clock.monotonic(), f"{type(e).__name__}: {e}")
         self._store(key, fig)
 
-    def _read_units(self, units: Mapping[str, str]) -> None:
+    def _read_units(self, units: Mapping[str, str], done: threading.Event | None = None) -> None:
+        try:
+            self._read_units_now(units)
+        finally:
+            if done is not None:
+                done.set()
+
+    def _read_units_now(self, units: Mapping[str, str]) -> None:
         """Every backend unit's state in one read (one lane: systemd answers for all of them or
         hangs for all of them); each backend's figure, and its error, is its own."""
         error = None
@@ -221,13 +233,13 @@ class Sampler:
                 why = str(got) if got is not None else error or f"systemd did not answer for {unit}"
                 self._store(f"unit:{name}", Figure(None, at, why))
 
-    def _read_gpus(self, units_lane: threading.Thread | None, units_by: float) -> None:
+    def _read_gpus(self, units_read: threading.Event | None, units_by: float) -> None:
         """The GPUs' memory; their holders from this read when they may have changed, else carried
         over from the read that named them (with its time, ``Sample.holders_at``).
 
         They may have changed when :func:`holders_due` says so by the memory, and when a backend's
         main process is not the one it was then (a relaunch that left the memory as it was): this
-        cycle's unit states are waited for (``units_lane``, until ``units_by``) to tell; when they
+        cycle's unit states are waited for (``units_read``, until ``units_by``) to tell; when they
         cannot be had, the holders are read again."""
         with self._figures_lock:
             named = self._named
@@ -238,12 +250,12 @@ class Sampler:
                 # (The simulated provider's memory IS its holders: it scans on every read anyway.)
                 memory = tuple(self._gpu.read(None, holders=False))
                 if not holders_due(named.readings, memory, now - named.at, self.period_s):
-                    pids = self._main_pids(units_lane, units_by)
+                    pids = self._main_pids(units_read, units_by)
                     if pids is not None and pids == named.pids:
                         readings = carry_holders(named.readings, memory)
             if readings is None:
                 readings = tuple(self._gpu.read(None))
-                named = _Named(readings, now, self._main_pids(units_lane, units_by))
+                named = _Named(readings, now, self._main_pids(units_read, units_by))
             fig: Figure[Any] = Figure(readings, self._clock.monotonic())
         except GpushiftError as e:
             fig, named = Figure(None, self._clock.monotonic(), str(e)), None
@@ -251,12 +263,11 @@ class Sampler:
             fig, named = Figure(None, self._clock.monotonic(), f"{type(e).__name__}: {e}"), None
         self._store(GPU, fig, named=named)
 
-    def _main_pids(self, units_lane: threading.Thread | None, by: float) -> tuple[Any, ...] | None:
+    def _main_pids(self, units_read: threading.Event | None, by: float) -> tuple[Any, ...] | None:
         """Every backend unit's main PID as this cycle read it; None when that read is not done."""
-        if units_lane is None:
+        if units_read is None:
             return None  # the previous read still hangs: this cycle has none
-        units_lane.join(max(0.0, by - time.monotonic()))
-        if units_lane.is_alive():
+        if not units_read.wait(max(0.0, by - time.monotonic())):
             return None
         with self._figures_lock:
             return tuple(

@@ -358,9 +358,16 @@ class Soak:
         else:
             self.stats.kill_phases[phases[-1] if phases else "none"] += 1
         self.kill_daemon_now()
-        self.result(proc)
-        # the run's target for a manual switch: what the recovery must bring up
-        self.set_override(target, hold)
+        res = self.result(proc)
+        if res.get("ok") or not res.get("outcome"):
+            # done, or cut off by the kill: the run's target for a manual switch is what the
+            # recovery must bring up
+            self.set_override(target, hold)
+        else:
+            # the daemon answered before the kill that it did not switch (refused: VRAM still held
+            # by the foreign process of an event before): the override follows what runs
+            self.stats.notes[f"kill_daemon: the switch ended {res.get('outcome')} before the kill"] += 1
+            self.uncertain = True
 
     def backend_exit(self, status: int) -> None:
         name = self.serving()

@@ -472,3 +472,33 @@ def test_sampler_names_holders_on_every_read_of_the_simulated_provider_and_after
     w.clock.advance(PERIOD)
     s.sample_once()  # the GPUs are back: their holders are named at once
     assert w.gpu.holder_reads == 9
+
+
+def test_sampler_lanes_are_joined_by_the_cycle_alone(world: Any, monkeypatch: Any) -> None:
+    """Two threads joining one thread race inside CPython's Thread.join (python/cpython#116372:
+    ``AssertionError`` or ``RuntimeError: release unlocked lock`` out of a join): the soak saw both
+    fail a sampler cycle when the GPU lane joined the units lane while the cycle did.  Only the
+    thread running the cycle may join, or ask ``is_alive`` of, a lane."""
+    callers: list[tuple[str, str]] = []
+    join, is_alive = threading.Thread.join, threading.Thread.is_alive
+
+    def record(t: threading.Thread) -> None:
+        if t.name.startswith("sampler-"):
+            callers.append((threading.current_thread().name, t.name))
+
+    def joining(self: threading.Thread, timeout: float | None = None) -> None:
+        record(self)
+        join(self, timeout)
+
+    def asking(self: threading.Thread) -> bool:
+        record(self)
+        return is_alive(self)
+
+    monkeypatch.setattr(threading.Thread, "join", joining)
+    monkeypatch.setattr(threading.Thread, "is_alive", asking)
+    s = sampler(world)
+    for _ in range(3):  # the first names the holders; the next ones ask the units lane for main PIDs
+        s.sample_once()
+        world.clock.advance(PERIOD)
+    assert any(lane == "sampler-units" for _, lane in callers)
+    assert {who for who, _ in callers} == {threading.current_thread().name}, sorted(set(callers))
