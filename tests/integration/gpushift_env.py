@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -261,6 +262,21 @@ class GpushiftEnv:
         except Exception as e:  # an assertion message must not hide the failure it reports
             return f"(no daemon log: {e})"
         return "\n".join(log_line(e) for e in entries) or "(no daemon log)"
+
+    def kill_daemon(self, timeout_s: float = 40) -> int:
+        """SIGKILL the daemon and wait until systemd has restarted it (its unit active again under
+        another PID); returns the killed PID."""
+        pid = int(self.sb.show("gpushift.service", "MainPID")["MainPID"])
+        os.kill(pid, signal.SIGKILL)
+        self.wait_for(
+            lambda: (
+                self.sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
+                and self.active_state("gpushift.service") == "active"
+            ),
+            timeout_s,
+            "systemd to restart the daemon",
+        )
+        return pid
 
     def wait_for(self, predicate: Any, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s

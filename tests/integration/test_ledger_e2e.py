@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -119,16 +118,7 @@ def test_full_disk_switch_completes_degraded_and_lands_once_after_sigkill(full_d
     # ... and to the spool on another filesystem
     assert list((env.runtime_dir / "ledger-pending").glob("*.json"))
     # the daemon dies while degraded; systemd restarts it
-    pid = int(sb.show("gpushift.service", "MainPID")["MainPID"])
-    os.kill(pid, signal.SIGKILL)
-    env.wait_for(
-        lambda: (
-            sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
-            and env.active_state("gpushift.service") == "active"
-        ),
-        30,
-        "the restart",
-    )
+    env.kill_daemon(30)
     filler.unlink()  # space is back
     env.wait_for(lambda: env.status()["ledger"]["state"] == "ok", 30, "the pending row to land")
     rows = env.ledger()
@@ -165,16 +155,7 @@ def test_an_override_set_on_a_full_disk_survives_a_restart_and_lands_when_space_
         assert st["override"]["backend"] == "a"
         assert "No space left on device" in st["daemon"]["override_not_saved"]
         assert "override: NOT SAVED" in env.cli("status").stdout
-        pid = int(sb.show("gpushift.service", "MainPID")["MainPID"])
-        os.kill(pid, signal.SIGKILL)
-        env.wait_for(
-            lambda: (
-                sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
-                and env.active_state("gpushift.service") == "active"
-            ),
-            30,
-            "the restart",
-        )
+        env.kill_daemon(30)
         env.wait_for(lambda: env.status()["daemon"].get("switch") is None, 30, "the daemon to be idle")
         time.sleep(5)  # two reconcile intervals: time for a wrong override to start a switch
         st = env.status()

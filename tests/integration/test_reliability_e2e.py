@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import time
 import urllib.request
 from pathlib import Path
@@ -37,17 +35,7 @@ def rows(env: GpushiftEnv, **match: Any) -> list[dict[str, Any]]:
 
 
 def kill_daemon(env: GpushiftEnv) -> int:
-    pid = int(env.sb.show("gpushift.service", "MainPID")["MainPID"])
-    os.kill(pid, signal.SIGKILL)
-    env.wait_for(
-        lambda: (
-            env.sb.show("gpushift.service", "MainPID")["MainPID"] not in ("0", str(pid))
-            and env.active_state("gpushift.service") == "active"
-        ),
-        40,
-        "systemd to restart the daemon",
-    )
-    return pid
+    return env.kill_daemon()
 
 
 def phase(env: GpushiftEnv) -> str | None:
