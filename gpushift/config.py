@@ -201,7 +201,12 @@ def _is_ipv4(text: str) -> bool:
 def load(path: str | None = None) -> Config:
     """Read and validate the config file."""
     p = config_path(path)
-    return parse(textfile.read_text(p, "config file", f"set --config or ${ENV_CONFIG}"), p)
+    return parse(read(p), p)
+
+
+def read(path: str) -> str:
+    """The config file's text (bounded, a regular file, UTF-8: gpushift/textfile.py)."""
+    return textfile.read_text(path, "config file", f"set --config or ${ENV_CONFIG}")
 
 
 def parse(text: str, path: str = "<config>") -> Config:

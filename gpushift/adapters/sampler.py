@@ -168,7 +168,7 @@ class Sampler:
         # CPython's Thread.join (python/cpython#116372: AssertionError, or "release unlocked lock").
         mine = units_read if UNITS in first else None
         first.update(self._launch({GPU: _bind(self._read_gpus, mine, units_by)}))
-        _join([first[k] for k in (UNITS,) if k in first], t0 + _UNITS_BY * period)
+        _join([first[UNITS]] if UNITS in first else [], units_by)
         timeout = health_timeout_s(period)
         jobs: dict[str, Callable[[], Any]] = {}
         with self._figures_lock:

@@ -125,15 +125,10 @@ class ConfigOnDisk:
         self.path = path
         self._valid: str | None = None
 
-    def _text(self) -> str:
-        from .. import textfile
-
-        return textfile.read_text(self.path, "config file", f"set --config or ${config_mod.ENV_CONFIG}")
-
     def load(self) -> config_mod.Config:
         """Load and validate the file (daemon start, reload) and remember it as valid."""
-        text = self._text()  # read first: a file replaced between the two reads is checked again
-        config = config_mod.load(self.path)
+        text = config_mod.read(self.path)
+        config = config_mod.parse(text, self.path)
         self._valid = text
         return config
 
@@ -141,7 +136,7 @@ class ConfigOnDisk:
         """Raises:
         ConfigError: the file on disk is unreadable or does not validate (naming file and key).
         """
-        text = self._text()
+        text = config_mod.read(self.path)
         if text != self._valid:
             config_mod.parse(text, self.path)
             self._valid = text
