@@ -9,7 +9,7 @@ before killing it:
   2 ms) that notes the first sample with used memory at or below the gate's residual
   (``gpu.residual_mib``): the physical release;
 * gpushift's gate: the real gate loop, ``gpushift.switch.steps.Steps.wait_released`` over the
-  real ``gpushift.adapters.nvml.NvmlGpuProbe`` (NVML plus the /proc fd scan for holders) with the
+  real ``gpushift.host.nvml.NvmlGpuProbe`` (NVML plus the /proc fd scan for holders) with the
   daemon's default config, in a thread started well before the kill, so the kill lands at a
   random point of its polling; the time it returns is when the gate opens.
 
@@ -106,8 +106,8 @@ class Bench:
         self.args = args
         if importlib.util.find_spec("pynvml") is None:
             raise fail("pynvml is not importable: install nvidia-ml-py")
-        from gpushift import config as config_mod
-        from gpushift.adapters.nvml import NvmlGpuProbe
+        from gpushift.config import schema as config_mod
+        from gpushift.host.nvml import NvmlGpuProbe
 
         self.probe = NvmlGpuProbe()
         facts = self.probe.facts()
@@ -142,7 +142,7 @@ class Bench:
         return float(m.used) / MIB
 
     def check_idle(self) -> None:
-        from gpushift.model import GateState
+        from gpushift.values import GateState
 
         r = self.probe.read([self.gpu.index])[0]
         if r.state(self.config.gpu.residual_mib) is not GateState.RELEASED:
@@ -171,11 +171,11 @@ class Bench:
 
     def gate_thread(self, result: Run, started: threading.Event) -> threading.Thread:
         """gpushift's gate loop on a thread of its own; ``result.gate_at`` when it opens."""
-        from gpushift.adapters.host import SystemClock
-        from gpushift.model import Trigger
+        from gpushift.host.proc import SystemClock
         from gpushift.ports import Ports
         from gpushift.switch.run import StepFailed, SwitchRun
         from gpushift.switch.steps import RunGuard, Steps
+        from gpushift.values import Trigger
 
         clock = SystemClock()
         gpu = TimedProbe(self.probe, result.reads)

@@ -30,7 +30,7 @@ import benchdoc
 from gpushift.ledger import SqliteLedger
 from gpushift.ledger.chain import GENESIS_HASH, ROW_COLUMNS, row_hash
 from gpushift.ledger.rows import row_values
-from gpushift.model import SwitchRecord
+from gpushift.values import SwitchRecord
 
 TARGET_S = 0.2
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import benchdoc
 
 sys.path.insert(0, str(benchdoc.ROOT))
-from gpushift.adapters.prewarm import PrewarmJob, resident_bytes  # noqa: E402
+from gpushift.prewarm.reader import PrewarmJob, resident_bytes  # noqa: E402
 
 MIB = 1024 * 1024
 

@@ -42,7 +42,7 @@ def status_imports() -> str:
     config file's reader (``[daemon] bus`` is peeked, the config is not validated on this path), and
     what the status command imports itself (its D-Bus client), read from its source so that this
     follows the code."""
-    modules = ["gpushift.cli", "gpushift.textfile"]
+    modules = ["gpushift.cli", "gpushift.config.textfile"]
     try:
         text = (benchdoc.ROOT / "gpushift" / "cli" / "__init__.py").read_text()
         body = text[text.index("def status(") :]

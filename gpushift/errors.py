@@ -1,9 +1,9 @@
-"""L0: the one exception hierarchy.
+"""The one exception hierarchy.
 
 Each class carries the CLI exit code (``code``) and the D-Bus error name a client sees
 (``dbus_name``).  pydbus names a D-Bus error after the Python class's ``__name__``; a name without a
 dot would reach clients as ``unknown.ClassName``, so the D-Bus service re-raises these under their
-dotted names (see ``adapters/dbus_errors.py``).
+dotted names (see ``host/dbus_errors.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class ConfigError(GpushiftError):
 
 class InvalidArgument(GpushiftError):
     """An argument from outside (a D-Bus call's, a command line's) breaks its rule: the message
-    names the field and the rule (``gpushift.validate``).  Nothing was changed."""
+    names the field and the rule (``gpushift.config.validate``).  Nothing was changed."""
 
     code = 2
     dbus_suffix = "InvalidArgument"

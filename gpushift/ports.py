@@ -1,4 +1,4 @@
-"""L1: the ports the switcher talks through.  Adapters implement them; tests use stateful fakes.
+"""The ports the switcher talks through.  Adapters implement them; tests use stateful fakes.
 
 Adapters translate foreign exceptions at their edge: a method here either returns a value or raises
 a :class:`gpushift.errors.GpushiftError`.
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from .errors import GpushiftError
-from .model import (
+from gpushift.errors import GpushiftError
+from gpushift.values import (
     GpuReading,
     Health,
     HookOutcome,
@@ -173,7 +173,7 @@ class HookRunner(Protocol):
 
 class Doctor(Protocol):
     """The preflight doctor: (config, target, GPU facts) → findings (``gpushift check``'s rules).  The
-    config is an L2 type, which this L1 module does not import.  ``states``: the backends' units as
+    config lives in a layer above this module, which does not import it.  ``states``: the backends' units as
     the preflight just read them, by backend name (not asked again)."""
 
     def __call__(

@@ -1,4 +1,4 @@
-"""L5: the `gpushift` command (click).  A D-Bus client of the daemon, plus read-only views.
+"""The `gpushift` command (click).  A D-Bus client of the daemon, plus read-only views.
 
 Imports are lazy: `gpushift --help` and `gpushift ledger` must not pay for GLib, pydbus or NVML.
 Sub-command groups that live in their own modules are loaded only when invoked.
@@ -17,10 +17,10 @@ from typing import Any, NoReturn
 
 import click
 
-from .. import redact, terminal
-from ..errors import DaemonUnavailable, GpushiftError
-from . import params
-from .output import Paint, painter, say, say_json
+from gpushift.cli import params
+from gpushift.cli.output import Paint, painter, say, say_json
+from gpushift.errors import DaemonUnavailable, GpushiftError
+from gpushift.safetext import redact, terminal
 
 _LAZY = {
     "ledger": (
@@ -97,7 +97,7 @@ def _leave(code: int = 0) -> NoReturn:
 
 
 def _config(ctx: click.Context) -> Any:
-    from .. import config as config_mod
+    from gpushift.config import schema as config_mod
 
     return config_mod.load(ctx.obj["config_path"])
 
@@ -106,7 +106,7 @@ def _bus(ctx: click.Context) -> str:
     """The daemon's bus: ``[daemon] bus`` read without validating the rest of the config (the daemon
     validated its own; a status needs nothing else before it asks), else the config loaded in full,
     whose error then says what is wrong."""
-    from .. import textfile
+    from gpushift.config import textfile
 
     return textfile.daemon_bus(ctx.obj["config_path"]) or str(_config(ctx).daemon.bus)
 
@@ -122,7 +122,7 @@ def _bus_kind(ctx: click.Context) -> str:
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from .version import lines
+    from gpushift.cli.version import lines
 
     say("\n".join(lines()))
     ctx.exit(0)
@@ -175,7 +175,7 @@ def daemon(ctx: click.Context) -> None:
       gpushift daemon                 # as systemd runs it (ExecStart=)
       gpushift --config ./test.toml daemon
     """
-    from ..daemon import main as daemon_main
+    from gpushift.daemon import main as daemon_main
 
     sys.exit(daemon_main(ctx.obj["config_path"]))
 
@@ -185,7 +185,7 @@ def daemon(ctx: click.Context) -> None:
 
 def _local_status(ctx: click.Context, why: str) -> dict[str, Any]:
     """What the CLI can read itself while the daemon is down."""
-    from .. import wiring
+    from gpushift.daemon import wiring
 
     cfg = _config(ctx)
     daemon = {"running": False, "state": "down", "error": why, "config": cfg.path}
@@ -232,7 +232,7 @@ def _health_text(h: dict[str, Any] | None, in_flight: dict[str, Any] | None, pai
 
 def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
     """``gpushift status`` for a person; ``paint`` colours outcome and state words (None: plain).
-    Every value from outside is escaped (gpushift.terminal) before it is laid out."""
+    Every value from outside is escaped (gpushift.safetext.terminal) before it is laid out."""
     fmt_mib = terminal.fmt_mib
     s = terminal.escape_tree(s)
     paint = paint or str
@@ -382,7 +382,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """
     try:
         bus = _bus(ctx)
-        from ..adapters.lightclient import get_status
+        from gpushift.bus.lightclient import get_status
 
         try:
             s = get_status(bus)  # pure-Python D-Bus: no PyGObject on the read path
@@ -455,7 +455,7 @@ def switch(
       gpushift switch llama --when-idle
       gpushift switch off --no-wait   # print the ticket and return
     """
-    from ..adapters import lightclient
+    from gpushift.bus import lightclient
 
     if hold and until:
         raise click.UsageError("--hold and --until exclude each other (hold lasts until `gpushift resume`)")
@@ -513,7 +513,7 @@ def switch(
                 led = f"ledger #{result['ledger_id']}, " if result.get("ledger_id") else ""
                 say(f"ok: {terminal.escape(result.get('message'))} ({led}{elapsed:.1f}s)")
         _leave(0)
-    from ..errors import by_dbus_name
+    from gpushift.errors import by_dbus_name
 
     cls = by_dbus_name().get(result.get("error") or "", GpushiftError)
     if not as_json:
@@ -531,7 +531,7 @@ def cancel(ctx: click.Context) -> None:
     Examples:
       gpushift cancel
     """
-    from ..adapters.client import Client
+    from gpushift.bus.client import Client
 
     try:
         ticket = Client(_bus_kind(ctx)).cancel()
@@ -550,7 +550,7 @@ def resume(ctx: click.Context) -> None:
     Examples:
       gpushift resume
     """
-    from ..adapters.client import Client
+    from gpushift.bus.client import Client
 
     try:
         say(Client(_config(ctx).daemon.bus).resume())
@@ -569,7 +569,7 @@ def reload(ctx: click.Context) -> None:
     Examples:
       gpushift reload                 # what `systemctl reload gpushift` runs
     """
-    from ..adapters.client import Client
+    from gpushift.bus.client import Client
 
     try:
         say(Client(_bus_kind(ctx)).reload())

@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from .. import redact, terminal
-from .output import say, say_json
+from gpushift.cli.output import say, say_json
+from gpushift.safetext import redact, terminal
 
 
 def _runnable_by(path: str, user: str) -> str | None:
@@ -63,7 +63,7 @@ def _runnable_by(path: str, user: str) -> str | None:
 
 def _hooks(cfg: Any) -> dict[str, Any]:
     """Each configured hook's program, checked the way its transient unit will run it."""
-    from ..model import HookEvent
+    from gpushift.values import HookEvent
 
     out: dict[str, Any] = {"user": cfg.hooks.user, "hooks": []}
     for event in HookEvent:
@@ -85,8 +85,8 @@ def _hooks(cfg: Any) -> dict[str, Any]:
 
 
 def _collect(config_path: str | None) -> dict[str, Any]:
-    from .. import config as config_mod
-    from ..errors import ConfigError, GpushiftError
+    from gpushift.config import schema as config_mod
+    from gpushift.errors import ConfigError, GpushiftError
 
     report: dict[str, Any] = {
         "ok": False,
@@ -102,7 +102,7 @@ def _collect(config_path: str | None) -> dict[str, Any]:
         report["config"].update(ok=False, error=str(e))
         return report
     report["config"].update(ok=True, backends=list(cfg.backends))
-    from ..daemon import load_schedule_of
+    from gpushift.daemon import load_schedule_of
 
     try:
         sched = load_schedule_of(cfg)
@@ -113,13 +113,13 @@ def _collect(config_path: str | None) -> dict[str, Any]:
         )
     except ConfigError as e:
         report["schedule"] = {"ok": False, "error": str(e)}
-    from .. import wiring
-    from ..adapters.doctor_io import run_checks
+    from gpushift.daemon import wiring
+    from gpushift.doctor.facts import run_checks
 
     units = None
     try:
-        from ..adapters import systemd
-        from ..adapters.bus import connect
+        from gpushift.host import systemd
+        from gpushift.host.dbus import connect
 
         units = systemd.SystemdUnits(connect(cfg.daemon.bus))
     except GpushiftError as e:

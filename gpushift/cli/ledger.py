@@ -1,4 +1,4 @@
-"""L5: ``gpushift ledger`` — read the deployment ledger (no daemon needed).
+"""``gpushift ledger`` — read the deployment ledger (no daemon needed).
 
 The main CLI adds this group with ``main.add_command(ledger)``.  Every command opens the database
 read-only (the daemon may be writing; WAL lets both proceed) and also shows records still waiting
@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import GpushiftError, LedgerError
-from ..model import Outcome
-from .output import painter, say, say_json
-from .params import BACKEND, LIMIT, ROW_ID, parse_since
+from gpushift.cli.output import painter, say, say_json
+from gpushift.cli.params import BACKEND, LIMIT, ROW_ID, parse_since
+from gpushift.errors import GpushiftError, LedgerError
+from gpushift.values import Outcome
 
 __all__ = ["ledger", "parse_since"]
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..ledger import SqliteLedger
+    from gpushift.config.schema import Config
+    from gpushift.ledger import SqliteLedger
 
 OUTCOMES = tuple(o.value for o in Outcome)
 
@@ -50,8 +50,8 @@ class _LedgerGroup(click.Group):
 def _open(ctx: click.Context, check: bool = True) -> tuple[Config, SqliteLedger]:
     """The config and the ledger, read-only.  With ``check`` a database that cannot be read (not
     a database, unreadable, deleted) is a ``LedgerError`` here, before anything is printed."""
-    from ..config import load
-    from ..ledger import SqliteLedger
+    from gpushift.config.schema import load
+    from gpushift.ledger import SqliteLedger
 
     obj = ctx.obj if isinstance(ctx.obj, dict) else {}
     config = load(obj.get("config_path"))
@@ -93,7 +93,7 @@ def ledger(
     if ctx.invoked_subcommand is not None:
         return
     since_dt = parse_since(since) if since else None
-    from ..ledger import reports
+    from gpushift.ledger import reports
 
     _config, led = _open(ctx)
     rows = led.list(limit=limit, backend=backend, since=since_dt, outcome=outcome)
@@ -122,7 +122,7 @@ def show(ctx: click.Context, row_id: int, as_json: bool) -> None:
       gpushift ledger show 42
       gpushift ledger show 42 --json
     """
-    from ..ledger import reports
+    from gpushift.ledger import reports
 
     _config, led = _open(ctx)
     rec = led.get(row_id)
@@ -150,7 +150,7 @@ def diff(ctx: click.Context, ids: tuple[int, ...], as_json: bool) -> None:
     """
     if len(ids) not in (0, 2):
         raise click.UsageError("give two ids (older, newer), or none")
-    from ..ledger import diff as ledger_diff
+    from gpushift.ledger import diff as ledger_diff
 
     config, led = _open(ctx)
     if ids:
@@ -182,11 +182,11 @@ def export(ctx: click.Context, fmt: str) -> None:
       gpushift ledger export > DEPLOYMENTS.md
       gpushift ledger export --format jsonl > ledger.jsonl
     """
-    from ..ledger import reports
+    from gpushift.ledger import reports
 
     config, led = _open(ctx)
     if fmt == "jsonl":
-        from .. import terminal
+        from gpushift.safetext import terminal
 
         sys.stdout.writelines(terminal.json_safe(line) for line in reports.export_jsonl(led))
         return

@@ -1,8 +1,8 @@
-"""L5: how the ``gpushift`` command prints — the last guard between text from outside and a
+"""How the ``gpushift`` command prints — the last guard between text from outside and a
 terminal, and the colour conventions.
 
-* Human output goes through :func:`say`: credentials are masked (:func:`gpushift.redact.redact_text`)
-  and every character a terminal would obey is escaped (:func:`gpushift.terminal.escape`), except
+* Human output goes through :func:`say`: credentials are masked (:func:`gpushift.safetext.redact.redact_text`)
+  and every character a terminal would obey is escaped (:func:`gpushift.safetext.terminal.escape`), except
   the newlines of the output's own lines and the colour codes gpushift added itself.  Renderers
   escape each value from outside before laying it out (a newline inside a value must not forge a
   line); :func:`say` catches whatever a renderer missed.
@@ -21,12 +21,12 @@ from collections.abc import Callable
 
 import click
 
-from .. import redact, terminal
+from gpushift.safetext import redact, terminal
 
 # Select Graphic Rendition, as click.style writes it: the only escape sequence gpushift prints.
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
 
-#: Outcomes (gpushift.model.Outcome) and states by colour; a word not here is printed plain.
+#: Outcomes (gpushift.values.Outcome) and states by colour; a word not here is printed plain.
 COLOURS = {
     "ok": "green",
     "rolled_back": "yellow",

@@ -1,12 +1,12 @@
-"""L5: the command line's argument types — every value bounded before anything is asked of the
+"""The command line's argument types — every value bounded before anything is asked of the
 daemon, the ledger or the schedule.
 
-The rules are ``gpushift.validate``'s (the daemon applies the same ones to a D-Bus call); here a
+The rules are ``gpushift.config.validate``'s (the daemon applies the same ones to a D-Bus call); here a
 value that breaks one is a click usage error (exit 2, naming the option), never a traceback:
 
-* a backend name (``switch BACKEND``, ``ledger --backend``): :func:`gpushift.validate.name_problem`;
-* ``--reason``: one plain line of at most :data:`~gpushift.validate.REASON_MAX` characters;
-* ``--until``: one plain line of at most :data:`~gpushift.validate.UNTIL_MAX` characters (the
+* a backend name (``switch BACKEND``, ``ledger --backend``): :func:`gpushift.config.validate.name_problem`;
+* ``--reason``: one plain line of at most :data:`~gpushift.config.validate.REASON_MAX` characters;
+* ``--until``: one plain line of at most :data:`~gpushift.config.validate.UNTIL_MAX` characters (the
   daemon reads the time);
 * ``ledger --limit``: 1 to :data:`LIMIT_MAX`; a ledger id: 1 to 2^63-1 (SQLite's integer);
 * ``ledger --since``: a time, ``today``/``yesterday`` or an age of at most :data:`AGE_MAX_DAYS` days;
@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from .. import validate
+from gpushift.config import validate
 
 #: Most rows ``gpushift ledger --limit`` shows.
 LIMIT_MAX = 1_000_000
@@ -35,7 +35,7 @@ ROW_ID = click.IntRange(1, validate.ROW_ID_MAX)
 
 
 class _Checked(click.ParamType):  # type: ignore[type-arg]  # generic in newer click
-    """A string that a rule of ``gpushift.validate`` accepts (``problem`` returns why not, or None)."""
+    """A string that a rule of ``gpushift.config.validate`` accepts (``problem`` returns why not, or None)."""
 
     def __init__(self, name: str, limit: int = 0) -> None:
         self.name = name

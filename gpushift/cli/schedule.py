@@ -1,4 +1,4 @@
-"""L5: ``gpushift schedule`` (the coming switches) and ``gpushift schedule check [FILE]``.
+"""``gpushift schedule`` (the coming switches) and ``gpushift schedule check [FILE]``.
 
 Both work without a daemon: they read the config (for the schedule's path and the backend names)
 and the schedule file themselves.  The main CLI adds the group with ``main.add_command(schedule)``;
@@ -15,12 +15,11 @@ from typing import Any, NoReturn
 
 import click
 
-from gpushift import config as config_mod
+from gpushift.cli.output import say, say_json
+from gpushift.cli.params import parse_from
+from gpushift.config import schema as config_mod
 from gpushift.errors import ConfigError, GpushiftError
 from gpushift.schedule import DEFAULT_SCHEDULE_PATH, Fire, Schedule, Span, load_schedule
-
-from .output import say, say_json
-from .params import parse_from
 
 UTC = timezone.utc
 

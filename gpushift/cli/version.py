@@ -1,4 +1,4 @@
-"""L5: ``gpushift --version``: gpushift, Python, every dependency and the NVIDIA driver, one line each.
+"""``gpushift --version``: gpushift, Python, every dependency and the NVIDIA driver, one line each.
 
 Nothing here imports a dependency: versions come from the installed distributions' metadata
 (``importlib.metadata``), so ``--version`` stays fast and answers even when a dependency is broken.
@@ -13,7 +13,7 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-from .. import __version__
+from gpushift import __version__
 
 DRIVER_FILE = Path("/proc/driver/nvidia/version")
 

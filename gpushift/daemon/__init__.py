@@ -1,4 +1,4 @@
-"""L5: the daemon (``gpushift daemon``, what units/gpushift.service runs).
+"""The daemon (``gpushift daemon``, what units/gpushift.service runs).
 
 ``core`` (the composition root: build, D-Bus calls, events to signals, reload, watchdog, the
 loop) · ``clockwork`` (when the keeper decides: the boundary job, clock jumps, reconcile) ·
@@ -6,7 +6,7 @@ loop) · ``clockwork`` (when the keeper decides: the boundary job, clock jumps, 
 ``settings`` (what a config means for the running daemon: the schedule, reload rules).
 """
 
-from .core import Daemon, main
-from .settings import load_schedule_of, parse_until, reloadable
+from gpushift.daemon.core import Daemon, main
+from gpushift.daemon.settings import load_schedule_of, parse_until, reloadable
 
 __all__ = ["Daemon", "load_schedule_of", "main", "parse_until", "reloadable"]

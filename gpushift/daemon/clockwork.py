@@ -1,4 +1,4 @@
-"""L5: the schedule's clockwork — when the keeper is asked to decide.
+"""The schedule's clockwork — when the keeper is asked to decide.
 
 * APScheduler's ``BackgroundScheduler`` runs one job, armed at the next schedule boundary or the
   end of an override (:meth:`Clockwork.arm`, again after every decision that may move it);
@@ -18,9 +18,9 @@ from collections.abc import Callable
 from datetime import timezone
 from typing import Any
 
-from ..keeper import Keeper
-from ..model import Trigger
-from .lookahead import LookAhead, SchedulerTimer
+from gpushift.keeper import Keeper
+from gpushift.keeper.lookahead import LookAhead, SchedulerTimer
+from gpushift.values import Trigger
 
 #: A change of the wall clock against the monotonic one beyond this, within a second, is a jump.
 JUMP_S = 2.0

@@ -1,4 +1,4 @@
-"""L5: the daemon's composition root — builds every collaborator, owns the bus name, runs the loop.
+"""The daemon's composition root — builds every collaborator, owns the bus name, runs the loop.
 
 Threads (docs/design.md has the full picture):
 - the GLib main loop (main thread): D-Bus handlers, signal emission, Unix signals, watchdog, the
@@ -21,20 +21,22 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import __version__, redact, wiring
-from .. import config as config_mod
-from ..adapters.dbus_names import BUS_NAME
-from ..errors import ConfigError, GpushiftError, InvalidArgument, UnknownBackend
-from ..model import OFF, Caller, EventKind, Trigger
-from ..sample import Sample
-from ..switch import Event, Switcher
-from . import exporter, properties
-from .clockwork import Clockwork
-from .lookahead import LookAhead
-from .notices import Notices
-from .prewarming import Prewarming
-from .settings import ConfigOnDisk, load_schedule_of, parse_until, reloadable, watch_settings
-from .watch import BackendWatcher
+from gpushift import __version__
+from gpushift.bus import properties
+from gpushift.bus.names import BUS_NAME
+from gpushift.config import schema as config_mod
+from gpushift.daemon import exporter, wiring
+from gpushift.daemon.clockwork import Clockwork
+from gpushift.daemon.settings import ConfigOnDisk, load_schedule_of, parse_until, reloadable, watch_settings
+from gpushift.daemon.watch import BackendWatcher
+from gpushift.errors import ConfigError, GpushiftError, InvalidArgument, UnknownBackend
+from gpushift.keeper.lookahead import LookAhead
+from gpushift.notify.notices import Notices
+from gpushift.prewarm.consumer import Prewarming
+from gpushift.safetext import redact
+from gpushift.sampler.sample import Sample
+from gpushift.switch import Event, Switcher
+from gpushift.values import OFF, Caller, EventKind, Trigger
 
 #: What a switch asked for ``--when-idle`` answers instead of a ticket: the keeper makes it later.
 WHEN_IDLE = "when-idle"
@@ -48,7 +50,7 @@ class Daemon:
         self.config_on_disk = ConfigOnDisk(self.config_path)
         self.config = self.config_on_disk.load()
         self.schedule = load_schedule_of(self.config)
-        from .. import logs
+        from gpushift.daemon import logs
 
         self.log = logs.setup(self.config.daemon.log_level)
         self.started_at = datetime.now(timezone.utc)
@@ -60,7 +62,7 @@ class Daemon:
         self._publication: Any = None
         self._sampled = threading.Event()  # clear from a switch's end until the sample after it
         self._sampled.set()
-        from ..adapters.notify import Notifier
+        from gpushift.host.sdnotify import Notifier
 
         self.notify = Notifier()
 
@@ -69,7 +71,7 @@ class Daemon:
     def build(self) -> None:
         self.components = wiring.build(self.config, log=self.log)
         ports = self.components.ports
-        from ..adapters.doctor_io import HostDoctor
+        from gpushift.doctor.facts import HostDoctor
 
         ports.doctor = HostDoctor(ports.units, ports.gpu, ports.ledger)
         self.switcher = Switcher(
@@ -77,8 +79,8 @@ class Daemon:
         )
         if ports.gpu.simulated:
             self.log.warning("gpu_simulated", detail="GPU provider is SIMULATED: no real VRAM is measured")
-        from ..adapters.overrides import JsonOverrideStore
-        from ..keeper import Keeper
+        from gpushift.keeper import Keeper
+        from gpushift.keeper.store import JsonOverrideStore
 
         self.watcher = BackendWatcher(ports, self.components.bus, self.log)
 
@@ -109,7 +111,7 @@ class Daemon:
         )
         self.lookahead.add(self.prewarming.consumer())
         self.switcher.preflight.row_facts.append(self.prewarming.row_facts)
-        from ..adapters.webhook import WebhookSender
+        from gpushift.notify.webhook import WebhookSender
 
         self.webhook = WebhookSender(lambda: self.config.notify, self.config.daemon.state_dir, self.log)
         self.notices = Notices(
@@ -132,7 +134,7 @@ class Daemon:
     def converge(self) -> None:
         """At start, before the first decision: recover from a switch the previous daemon did not
         finish (docs/reliability.md), and close every other unfinished ledger row."""
-        from ..switch import recovery
+        from gpushift.switch import recovery
 
         ov = self.keeper.override
         fire = self.schedule.in_effect(datetime.now(timezone.utc)) if self.schedule is not None else None
@@ -252,7 +254,7 @@ class Daemon:
         return self._reload(f"requested by {caller.user}")
 
     def property_values(self) -> dict[str, Any]:
-        """The D-Bus properties, from memory (gpushift/daemon/properties.py)."""
+        """The D-Bus properties, from memory (gpushift/bus/properties.py)."""
         return properties.values(properties.sources(self))
 
     # ------------------------------------------------------------ events → signals
@@ -315,7 +317,7 @@ class Daemon:
 
     def _start_sampler(self) -> None:
         """The sampler's first sample is taken before the bus name is: status has a picture at once."""
-        from ..adapters.sampler import Sampler
+        from gpushift.sampler.sampler import Sampler
 
         self.sampler = Sampler(self.config, self.components.ports, log=self.log)
         self.sampler.sample_once()
@@ -381,7 +383,7 @@ class Daemon:
             self.log.error("reload_rejected", error=str(e), detail="the old config stays in force")
             self.notify.ready()
             raise
-        from .. import logs
+        from gpushift.daemon import logs
 
         logs.set_level(new.daemon.log_level)
         self.config = new
@@ -424,8 +426,8 @@ class Daemon:
     def run(self) -> int:
         from gi.repository import GLib
 
-        from ..adapters import dbus_service
-        from ..adapters.notify import watchdog_interval_s
+        from gpushift.bus import service as dbus_service
+        from gpushift.host.sdnotify import watchdog_interval_s
 
         self.build()
         self._start_sampler()

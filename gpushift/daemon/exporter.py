@@ -1,6 +1,6 @@
-"""L5: the daemon's Prometheus metrics — which of its parts each figure is read from.
+"""The daemon's Prometheus metrics — which of its parts each figure is read from.
 
-:func:`start` builds a :class:`~gpushift.adapters.metrics_server.MetricsService` over the daemon's
+:func:`start` builds a :class:`~gpushift.metrics.server.MetricsService` over the daemon's
 sampler, keeper, switcher and ledger view, makes it a listener of the switcher and starts it; it
 returns None when ``[metrics]`` configures neither a listener nor a textfile.  docs/metrics.md
 says what is exported.
@@ -8,23 +8,32 @@ says what is exported.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import __version__
-from ..model import Mode
+from gpushift import __version__
+from gpushift.metrics.collector import next_switch
 
 if TYPE_CHECKING:
-    from ..adapters.metrics_server import MetricsService
-    from .core import Daemon
+    from gpushift.metrics.server import MetricsService
 
 
-def start(d: Daemon) -> MetricsService | None:
+class _Daemon(Protocol):
+    """The parts of :class:`gpushift.daemon.core.Daemon` the metrics read (core imports this module)."""
+
+    config: Any
+    sampler: Any
+    keeper: Any
+    switcher: Any
+    components: Any
+    log: Any
+
+
+def start(d: _Daemon) -> MetricsService | None:
     m = d.config.metrics
     if not m.listen and not m.textfile:
         return None
-    from ..adapters.metrics import Sources
-    from ..adapters.metrics_server import MetricsService
+    from gpushift.metrics.collector import Sources
+    from gpushift.metrics.server import MetricsService
 
     sources = Sources(
         config=lambda: d.config,
@@ -40,12 +49,3 @@ def start(d: Daemon) -> MetricsService | None:
     d.switcher.add_listener(service.on_event)
     service.start()
     return service
-
-
-def next_switch(keeper_status: dict[str, Any], mode: Mode) -> tuple[str, float] | None:
-    """The schedule's next change as ``gpushift status`` shows it, as (backend, Unix time); None in
-    hold and manual mode (the schedule does not act then) and when no change is ahead."""
-    nxt = (keeper_status.get("schedule") or {}).get("next")
-    if not nxt or mode in (Mode.HOLD, Mode.MANUAL):
-        return None
-    return str(nxt["target"]), datetime.fromisoformat(str(nxt["at"])).timestamp()

@@ -1,4 +1,4 @@
-"""L5: what a config means for the running daemon — the schedule it names, which changes a
+"""What a config means for the running daemon — the schedule it names, which changes a
 reload may apply, the keeper's per-backend watch settings, and a person's ``--until``."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import os
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import config as config_mod
-from ..errors import ConfigError, InvalidArgument
-from ..keeper import WatchSettings
-from ..schedule import Schedule
+from gpushift.config import schema as config_mod
+from gpushift.errors import ConfigError, InvalidArgument
+from gpushift.keeper import WatchSettings
+from gpushift.schedule import Schedule
 
 
 def load_schedule_of(config: config_mod.Config) -> Schedule | None:
@@ -19,7 +19,7 @@ def load_schedule_of(config: config_mod.Config) -> Schedule | None:
     ``[daemon] schedule`` absent: the default path, when that file exists; ``""``: no schedule.
     A named file that is missing or invalid is an error (the daemon refuses to start on it).
     """
-    from ..schedule import DEFAULT_SCHEDULE_PATH, load_schedule
+    from gpushift.schedule import DEFAULT_SCHEDULE_PATH, load_schedule
 
     path = config.daemon.schedule
     if path == "":

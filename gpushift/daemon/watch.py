@@ -1,4 +1,4 @@
-"""L5: what the keeper sees of the backends between switches (:class:`gpushift.keeper.BackendWatch`).
+"""What the keeper sees of the backends between switches (:class:`gpushift.keeper.BackendWatch`).
 
 * the job watch: which jobs ran on the backend units that gpushift did not queue (a person's
   ``systemctl``), from systemd's ``JobNew`` signal;
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import Config
-from ..errors import GpushiftError
-from ..ports import Ports
+from gpushift.config.schema import Config
+from gpushift.errors import GpushiftError
+from gpushift.ports import Ports
 
 
 class BackendWatcher:
@@ -26,7 +26,7 @@ class BackendWatcher:
 
     def start_jobwatch(self) -> None:
         """Watch systemd's JobNew (call on the loop thread)."""
-        from ..adapters.jobwatch import JobWatch
+        from gpushift.host.jobwatch import JobWatch
 
         own = getattr(self.ports.units, "own_jobs", None)
         if own is None:

@@ -1,4 +1,4 @@
-"""L2: the preflight doctor: launches that cannot work (or work badly) on this GPU host.
+"""The preflight doctor: launches that cannot work (or work badly) on this GPU host.
 
 Pure rules, no I/O.  The caller gathers the facts -- the unit's command line and ``Environment=``
 from systemd, the GPU facts from the GPU provider, who listens on which port, whether a path
@@ -27,20 +27,19 @@ The package, one job a module:
 To give a new backend kind its rules: write ``gpushift/doctor/<kind>.py`` with a
 ``launch_rules(launch)`` and a ``model_paths(args)`` (and ``stop_rules`` if its server drains
 for a time of its own: see ``vllm.py``), add one row for it to ``KINDS`` in ``kinds.py``, and add
-the kind to ``gpushift.config.BACKEND_KINDS`` so a config may name it.  Command lines are read
-with :mod:`gpushift.cmdline`.
+the kind to ``gpushift.config.schema.BACKEND_KINDS`` so a config may name it.  Command lines are read
+with :mod:`gpushift.backends.cmdline`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from .. import cmdline
-from ..config import BackendConfig
-from ..model import Holder, HostGpuFacts, UnitState
-from . import common, identity
-from .common import USEC_INFINITY, backend_port, version_matches
-from .findings import (
+from gpushift.backends import cmdline
+from gpushift.config.schema import BackendConfig
+from gpushift.doctor import common, identity
+from gpushift.doctor.common import USEC_INFINITY, backend_port, version_matches
+from gpushift.doctor.findings import (
     BF16_EMULATED,
     ECC_CORRECTABLE_GROWING,
     ECC_UNCORRECTABLE,
@@ -71,9 +70,10 @@ from .findings import (
     Launch,
     checkpoint_facts_from_config,
 )
-from .gpus import backend_gpus
-from .kinds import KINDS, KindRules
-from .vllm import BF16_MIN_CC, FP8_MIN_CC
+from gpushift.doctor.gpus import backend_gpus
+from gpushift.doctor.kinds import KINDS, KindRules
+from gpushift.doctor.vllm import BF16_MIN_CC, FP8_MIN_CC
+from gpushift.values import Holder, HostGpuFacts, UnitState
 
 __all__ = [
     "BF16_EMULATED",
@@ -144,7 +144,7 @@ def check_backend(
     Args:
         backend: the backend's config (its ``kind`` selects its row of ``KINDS``).
         argv: its command as written in the unit (``${VAR}`` may be unexpanded) or as run.
-        env: the unit's ``Environment=`` (see :func:`gpushift.cmdline.environment`).
+        env: the unit's ``Environment=`` (see :func:`gpushift.backends.cmdline.environment`).
         facts: the host's GPU facts from the GPU provider.
         unit: systemd's view of the unit, or ``None`` when it could not be read.
         path_exists: tells whether a filesystem path exists (relative paths are resolved against

@@ -1,4 +1,4 @@
-"""L2: the doctor's rules for every backend, whatever its kind: the unit's environment, the GPU
+"""The doctor's rules for every backend, whatever its kind: the unit's environment, the GPU
 facts, model paths, ECC, the pinned version, ports, and the unit's stop settings.
 
 ECC errors garble output; vLLM stays pinned on old cards because newer releases regressed there
@@ -11,10 +11,9 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from .. import cmdline
-from ..config import BackendConfig
-from ..model import GpuInfo, Holder, HostGpuFacts, UnitState
-from .findings import (
+from gpushift.backends import cmdline
+from gpushift.config.schema import BackendConfig
+from gpushift.doctor.findings import (
     ECC_CORRECTABLE_GROWING,
     ECC_UNCORRECTABLE,
     ENV_UNDEFINED,
@@ -33,7 +32,8 @@ from .findings import (
     WARNING,
     Finding,
 )
-from .kinds import KINDS, no_stop_rules
+from gpushift.doctor.kinds import KINDS, no_stop_rules
+from gpushift.values import GpuInfo, Holder, HostGpuFacts, UnitState
 
 #: systemd's USEC_INFINITY: ``TimeoutStopSec=infinity`` (and ``=0``) read back over D-Bus.
 USEC_INFINITY = 2**64 - 1

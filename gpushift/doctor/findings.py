@@ -1,4 +1,4 @@
-"""L2: the doctor's vocabulary: severities, the stable finding codes, :class:`Finding`, and the facts
+"""The doctor's vocabulary: severities, the stable finding codes, :class:`Finding`, and the facts
 the rules read (:class:`BackendInput`, :class:`CheckpointFacts`, :class:`Launch`).
 
 ``Finding.code`` values are part of ``gpushift check --json``: keep them stable.
@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import BackendConfig
-from ..model import GpuInfo, HostGpuFacts, UnitState
+from gpushift.config.schema import BackendConfig
+from gpushift.values import GpuInfo, HostGpuFacts, UnitState
 
 ERROR = "error"
 WARNING = "warning"

@@ -1,11 +1,11 @@
-"""L2: which GPUs a backend runs on, and how the doctor's messages name them."""
+"""Which GPUs a backend runs on, and how the doctor's messages name them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..config import BackendConfig
-from ..model import GpuInfo, HostGpuFacts
+from gpushift.config.schema import BackendConfig
+from gpushift.values import GpuInfo, HostGpuFacts
 
 
 def backend_gpus(backend: BackendConfig, env: Mapping[str, str], facts: HostGpuFacts) -> tuple[GpuInfo, ...]:

@@ -1,4 +1,4 @@
-"""L2: GPU identity — the doctor's rules that keep the VRAM gate watching the right cards.
+"""GPU identity — the doctor's rules that keep the VRAM gate watching the right cards.
 
 Two ways the gate can end up watching the wrong GPU:
 
@@ -17,10 +17,17 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
-from ..config import BackendConfig
-from ..model import GpuInfo, HostGpuFacts
-from .findings import ERROR, GPU_IDENTITY_CHANGED, GPU_ORDER_AMBIGUOUS, GPUS_MISMATCH, WARNING, Finding
-from .gpus import backend_gpus
+from gpushift.config.schema import BackendConfig
+from gpushift.doctor.findings import (
+    ERROR,
+    GPU_IDENTITY_CHANGED,
+    GPU_ORDER_AMBIGUOUS,
+    GPUS_MISMATCH,
+    WARNING,
+    Finding,
+)
+from gpushift.doctor.gpus import backend_gpus
+from gpushift.values import GpuInfo, HostGpuFacts
 
 
 def identity_problems(

@@ -1,4 +1,4 @@
-"""L2: the doctor's table of backend kinds: what it knows about each server it has rules for.
+"""The doctor's table of backend kinds: what it knows about each server it has rules for.
 
 A kind missing here (``generic``) gets only the common rules, and its port is the health URL's.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import llama, vllm
-from .findings import Finding, Launch
+from gpushift.doctor import llama, vllm
+from gpushift.doctor.findings import Finding, Launch
 
 
 def no_stop_rules(name: str, args: Sequence[str], timeout_stop_usec: int) -> list[Finding]:

@@ -1,13 +1,13 @@
-"""L2: the doctor's rules for ``kind = "llama-server"`` (llama.cpp's server): ``--split-mode none``
+"""The doctor's rules for ``kind = "llama-server"`` (llama.cpp's server): ``--split-mode none``
 on several GPUs, and the model files its command line names."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import cmdline
-from .findings import SPLIT_MODE_NONE, WARNING, Finding, Launch
-from .gpus import gpu_count
+from gpushift.backends import cmdline
+from gpushift.doctor.findings import SPLIT_MODE_NONE, WARNING, Finding, Launch
+from gpushift.doctor.gpus import gpu_count
 
 KIND = "llama-server"
 DEFAULT_PORT = 8080

@@ -1,4 +1,4 @@
-"""L2: the doctor's rules for ``kind = "vllm"``: FP8 and BF16 against the GPUs' compute capability,
+"""The doctor's rules for ``kind = "vllm"``: FP8 and BF16 against the GPUs' compute capability,
 tensor x pipeline parallelism against the GPU count, the model paths, and ``TimeoutStopSec=``
 against ``--shutdown-timeout``.
 
@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .. import cmdline
-from ..model import GpuInfo
-from .findings import (
+from gpushift.backends import cmdline
+from gpushift.doctor.findings import (
     BF16_EMULATED,
     ERROR,
     FP8_UNSUPPORTED,
@@ -24,7 +23,8 @@ from .findings import (
     Finding,
     Launch,
 )
-from .gpus import cc_text, gpu_count, names, oldest
+from gpushift.doctor.gpus import cc_text, gpu_count, names, oldest
+from gpushift.values import GpuInfo
 
 KIND = "vllm"
 DEFAULT_PORT = 8000

@@ -1,13 +1,13 @@
-"""L3: the keeper — the schedule, people's overrides and changes behind gpushift's back.
+"""The keeper — the schedule, people's overrides and changes behind gpushift's back.
 
 ``coming`` (the next switch the keeper will make by itself) · ``decide`` (the pure decision: snapshot → actions) · ``override`` (a person's choice and its
 store) · ``keeper`` (takes snapshots, executes the decisions through the switcher).
 """
 
-from .coming import Coming, coming_switch
-from .decide import Attempts, Decision, Snapshot, WatchSettings, decide
-from .keeper import BackendWatch, Keeper, SwitchControl
-from .override import Override, OverrideStore
+from gpushift.keeper.coming import Coming, coming_switch
+from gpushift.keeper.decide import Attempts, Decision, Snapshot, WatchSettings, decide
+from gpushift.keeper.keeper import BackendWatch, Keeper, SwitchControl
+from gpushift.keeper.override import Override, OverrideStore
 
 __all__ = [
     "Attempts",

@@ -1,9 +1,9 @@
-"""L3: the next scheduled switch to another backend — what a look-ahead consumer prepares for.
+"""The next scheduled switch to another backend — what a look-ahead consumer prepares for.
 
 Pure.  :func:`coming_switch` answers "which switch will the keeper make next, by itself, and
 when": the schedule's next change of backend, or the end of a person's override when the
 schedule then wants another backend.  It is what the pre-warm, the ``before_boundary`` hook and
-the webhook's notice look ahead to (``gpushift/daemon/lookahead.py``).
+the webhook's notice look ahead to (``gpushift/keeper/lookahead.py``).
 
 * during a hold: none (a hold ends only when a person acts);
 * during an override with an end: counted from that end — at the end, the backend the schedule
@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..model import Mode
-from ..schedule import Schedule
-from .override import Override
+from gpushift.keeper.override import Override
+from gpushift.schedule import Schedule
+from gpushift.values import Mode
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""L3: the keeper's decision — a pure function from a snapshot of the world to actions.
+"""The keeper's decision — a pure function from a snapshot of the world to actions.
 
 :func:`decide` sees everything as plain values in a :class:`Snapshot` (the time, the schedule, the
 override, what runs and whether its unit failed by itself, what gpushift last established, the
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..model import OFF, Outcome, Trigger
-from ..schedule import Schedule
-from .override import Override, external_override
-from .watch import Incident
+from gpushift.keeper.override import Override, external_override
+from gpushift.keeper.watch import Incident
+from gpushift.schedule import Schedule
+from gpushift.values import OFF, Outcome, Trigger
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""L3: the keeper — obeys the schedule, yields to people, never fights them.
+"""The keeper — obeys the schedule, yields to people, never fights them.
 
 The keeper decides; the switcher acts.  Every decision is a call of :meth:`Keeper.tick` with the
 time now: at daemon start, every ``reconcile_interval_s``, at each schedule boundary, after a
@@ -14,12 +14,9 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from ..errors import GpushiftError, SwitchInProgress
-from ..model import OFF, Caller, EventKind, Mode, Outcome, OverrideSource, Trigger, UnitState
-from ..schedule import Schedule
-from ..switch import Event, SwitchResult
-from .coming import Coming, coming_switch
-from .decide import (
+from gpushift.errors import GpushiftError, SwitchInProgress
+from gpushift.keeper.coming import Coming, coming_switch
+from gpushift.keeper.decide import (
     Adopt,
     Attempts,
     Deferral,
@@ -35,8 +32,11 @@ from .decide import (
     after_result,
     decide,
 )
-from .override import Override, OverrideStore, after_failed_manual, manual_override
-from .watch import Observation, Seen, observe
+from gpushift.keeper.override import Override, OverrideStore, after_failed_manual, manual_override
+from gpushift.keeper.watch import Observation, Seen, observe
+from gpushift.schedule import Schedule
+from gpushift.switch import Event, SwitchResult
+from gpushift.values import OFF, Caller, EventKind, Mode, Outcome, OverrideSource, Trigger, UnitState
 
 
 class SwitchControl(Protocol):

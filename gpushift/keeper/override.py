@@ -1,4 +1,4 @@
-"""L3: a person's (or systemctl's) choice that the schedule waits for, and where it is kept.
+"""A person's (or systemctl's) choice that the schedule waits for, and where it is kept.
 
 Pure: the functions here compute the override a person's request or a change behind gpushift's
 back leads to; :class:`OverrideStore` is the port that keeps it across restarts.
@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from ..model import OFF, Mode, OverrideSource
-from ..schedule import Schedule
+from gpushift.schedule import Schedule
+from gpushift.values import OFF, Mode, OverrideSource
 
 
 @dataclass(frozen=True)

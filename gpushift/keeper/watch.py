@@ -1,4 +1,4 @@
-"""L3: watching the serving backend between switches — what happened to it, as plain values.
+"""Watching the serving backend between switches — what happened to it, as plain values.
 
 The keeper looks at the serving backend's unit at every decision and tells apart:
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model import Outcome, UnitState
+from gpushift.values import Outcome, UnitState
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""L4: the deployment ledger (SQLite, a pending spool, a hash chain) and what ``gpushift ledger`` shows.
+"""The deployment ledger (SQLite, a pending spool, a hash chain) and what ``gpushift ledger`` shows.
 
 Modules, one job each:
 
@@ -16,11 +16,11 @@ Modules, one job each:
 
 from __future__ import annotations
 
-from .chain import GENESIS_HASH, VerifyResult, row_hash
-from .rows import record_from_dict
-from .schema import SCHEMA_VERSION, migrate, schema_version
-from .spool import SPOOL_SUBDIR
-from .store import SqliteLedger
+from gpushift.ledger.chain import GENESIS_HASH, VerifyResult, row_hash
+from gpushift.ledger.rows import record_from_dict
+from gpushift.ledger.schema import SCHEMA_VERSION, migrate, schema_version
+from gpushift.ledger.spool import SPOOL_SUBDIR
+from gpushift.ledger.store import SqliteLedger
 
 __all__ = [
     "GENESIS_HASH",

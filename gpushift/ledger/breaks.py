@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import __version__
-from ..model import Outcome, SwitchRecord, Trigger
-from .files import fsync_dir
+from gpushift import __version__
+from gpushift.ledger.files import fsync_dir
+from gpushift.values import Outcome, SwitchRecord, Trigger
 
 CORRUPT = "corrupt"
 DELETED = "deleted"

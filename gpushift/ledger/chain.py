@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .breaks import describe, recorded_break
-from .files import write_file_atomic
-from .rows import now_iso
+from gpushift.ledger.breaks import describe, recorded_break
+from gpushift.ledger.files import write_file_atomic
+from gpushift.ledger.rows import now_iso
 
 #: ``prev_hash`` of the first row.
 GENESIS_HASH = "0" * 64

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import cmdline, terminal
-from ..errors import LedgerError
-from ..model import SwitchRecord
-from ..redact import redact_argv
-from .reader import LedgerReader
-from .text import short, size
+from gpushift.backends import cmdline
+from gpushift.errors import LedgerError
+from gpushift.ledger.reader import LedgerReader
+from gpushift.ledger.text import short, size
+from gpushift.safetext import terminal
+from gpushift.safetext.redact import redact_argv
+from gpushift.values import SwitchRecord
 
 #: Outcomes whose row did not launch the target (nothing to compare in ``diff``).
 _NOT_A_LAUNCH = ("refused", "pending")

@@ -19,13 +19,13 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ..errors import LedgerError
-from ..model import OFF, Outcome, SwitchRecord
-from .breaks import FileId, file_id
-from .chain import GENESIS_HASH, HeadFile, VerifyResult, verify_rows
-from .rows import record_from_dict, utc_text
-from .schema import connect_reader, schema_version
-from .spool import Spool
+from gpushift.errors import LedgerError
+from gpushift.ledger.breaks import FileId, file_id
+from gpushift.ledger.chain import GENESIS_HASH, HeadFile, VerifyResult, verify_rows
+from gpushift.ledger.rows import record_from_dict, utc_text
+from gpushift.ledger.schema import connect_reader, schema_version
+from gpushift.ledger.spool import Spool
+from gpushift.values import OFF, Outcome, SwitchRecord
 
 _R = TypeVar("_R", bound="LedgerReader")
 

@@ -11,13 +11,32 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..model import HookOutcome, Outcome, SwitchRecord
-from .diff import describe_change, diff_records, is_launch, launch_argv, launch_facts, launch_info, sub
-from .reader import LedgerReader
-from .text import command_line, duration, for_terminal, local_time, md, one_line, short, size, stamp, table
+from gpushift.ledger.diff import (
+    describe_change,
+    diff_records,
+    is_launch,
+    launch_argv,
+    launch_facts,
+    launch_info,
+    sub,
+)
+from gpushift.ledger.reader import LedgerReader
+from gpushift.ledger.text import (
+    command_line,
+    duration,
+    for_terminal,
+    local_time,
+    md,
+    one_line,
+    short,
+    size,
+    stamp,
+    table,
+)
+from gpushift.values import HookOutcome, Outcome, SwitchRecord
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from gpushift.config.schema import Config
 
 __all__ = [
     "degraded_note",
@@ -260,7 +279,7 @@ def export_jsonl(led: LedgerReader) -> Iterator[str]:
 def export_markdown(led: LedgerReader, config: Config | None = None, recent: int = 20) -> str:
     """The per-machine deployment README: per backend its current launch command and versions, and
     the history of changes (what changed, when, who, why); then the latest switches."""
-    from .. import __version__
+    from gpushift import __version__
 
     history: dict[str, list[tuple[SwitchRecord, list[dict[str, Any]] | None]]] = {}
     last_launch: dict[str, SwitchRecord] = {}

@@ -5,7 +5,7 @@ which is what users see).  Timestamps in columns are sortable UTC text; every te
 UTF-8 whatever the record held.
 
 Credentials never reach a row: :func:`row_values` stores the record with every secret replaced by
-its digest (``--api-key``'s value, ``HF_TOKEN``'s, a URL's user and password: :mod:`gpushift.redact`),
+its digest (``--api-key``'s value, ``HF_TOKEN``'s, a URL's user and password: :mod:`gpushift.safetext.redact`),
 so ``ledger diff`` still shows that one changed.  Rows written before that keep their text (the
 hash chain covers it; rewriting it would break ``verify``); :func:`record_from_dict` applies the
 same redaction when a row is read, so no output shows them either.
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import redact
-from ..model import Outcome, SwitchRecord
+from gpushift.safetext import redact
+from gpushift.values import Outcome, SwitchRecord
 
 
 def utc_text(value: Any) -> str | None:

@@ -13,11 +13,11 @@ import os
 import sqlite3
 from collections.abc import Callable
 
-from ..errors import LedgerError
-from .breaks import is_corrupt
-from .chain import GENESIS_HASH, row_hash, select_chain_row
-from .files import DIR_MODE, create_private_file
-from .rows import new_key
+from gpushift.errors import LedgerError
+from gpushift.ledger.breaks import is_corrupt
+from gpushift.ledger.chain import GENESIS_HASH, row_hash, select_chain_row
+from gpushift.ledger.files import DIR_MODE, create_private_file
+from gpushift.ledger.rows import new_key
 
 #: The schema this code writes.  Older files migrate forward at the writer's open.
 SCHEMA_VERSION = 2

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .files import DIR_MODE, fsync_dir, write_file_atomic
-from .rows import now_iso, record_json, redacted
+from gpushift.ledger.files import DIR_MODE, fsync_dir, write_file_atomic
+from gpushift.ledger.rows import now_iso, record_json, redacted
 
 #: Subdirectory of the runtime directory holding one JSON file per pending record.
 SPOOL_SUBDIR = "ledger-pending"

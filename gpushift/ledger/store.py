@@ -1,4 +1,4 @@
-"""L4: the deployment ledger in SQLite (the ``Ledger`` port).
+"""The deployment ledger in SQLite (the ``Ledger`` port).
 
 One row per switch attempt: written as the intent row before anything is stopped (``begin``) and
 rewritten when the switch ends (``finish``) or when a new daemon finds it unfinished
@@ -41,14 +41,14 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import LedgerError
-from ..model import Outcome, SwitchRecord
-from . import breaks
-from .chain import HeadFile, db_head, insert_row, rewrite_row
-from .reader import LedgerReader
-from .rows import interrupted, new_key, row_values, utc_text
-from .schema import SCHEMA_VERSION, connect_writer, rollback
-from .spool import CHAIN_BREAK_OP, DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, Spool
+from gpushift.errors import LedgerError
+from gpushift.ledger import breaks
+from gpushift.ledger.chain import HeadFile, db_head, insert_row, rewrite_row
+from gpushift.ledger.reader import LedgerReader
+from gpushift.ledger.rows import interrupted, new_key, row_values, utc_text
+from gpushift.ledger.schema import SCHEMA_VERSION, connect_writer, rollback
+from gpushift.ledger.spool import CHAIN_BREAK_OP, DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, Spool
+from gpushift.values import Outcome, SwitchRecord
 
 #: What "the database cannot be written" looks like at this edge.  Everything else is a bug.
 _WRITE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError, LedgerError)

@@ -2,7 +2,7 @@
 
 Every value in a record came from outside at some point (a reason typed by a caller, a version a
 backend printed, a holder's command line): :func:`for_terminal` escapes them all before a report lays
-them out (gpushift/terminal.py), so no terminal obeys what a row holds.
+them out (gpushift/safetext/terminal.py), so no terminal obeys what a row holds.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import cmdline, terminal
-from ..model import SwitchRecord
-from ..redact import redact_argv
-from .rows import rebuild
+from gpushift.backends import cmdline
+from gpushift.ledger.rows import rebuild
+from gpushift.safetext import terminal
+from gpushift.safetext.redact import redact_argv
+from gpushift.values import SwitchRecord
 
 
 def for_terminal(rec: SwitchRecord) -> SwitchRecord:

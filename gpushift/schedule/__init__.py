@@ -1,4 +1,4 @@
-"""L2: the schedule file (crontab(5) semantics) → "which backend is in effect now" and "what comes next".
+"""The schedule file (crontab(5) semantics) → "which backend is in effect now" and "what comes next".
 
 The file is a small crontab: comment lines, one optional ``TZ=Area/City`` line before the first entry,
 entries ``minute hour day-of-month month day-of-week backend``, and calendar exceptions
@@ -31,11 +31,11 @@ Why the fire times are computed here, per field, instead of through APScheduler'
 
 from __future__ import annotations
 
-from .entry import Entry
-from .evaluate import UTC, Fire, Schedule
-from .parse import DEFAULT_SCHEDULE_PATH, FIELD_NAMES, load_schedule, parse_schedule
-from .span import Span
-from .zones import host_timezone
+from gpushift.schedule.entry import Entry
+from gpushift.schedule.evaluate import UTC, Fire, Schedule
+from gpushift.schedule.parse import DEFAULT_SCHEDULE_PATH, FIELD_NAMES, load_schedule, parse_schedule
+from gpushift.schedule.span import Span
+from gpushift.schedule.zones import host_timezone
 
 __all__ = [
     "DEFAULT_SCHEDULE_PATH",

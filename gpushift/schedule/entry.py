@@ -1,4 +1,4 @@
-"""L2: one schedule line, parsed: when it fires (per field) and which backend it names."""
+"""One schedule line, parsed: when it fires (per field) and which backend it names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""L2: what a parsed schedule means: "which backend is in effect now" and "what comes next".
+"""What a parsed schedule means: "which backend is in effect now" and "what comes next".
 
 An entry is matched against local wall-clock times (naive datetimes, where the calendar is exact),
 and each matching wall-clock time is mapped to ONE UTC instant by a single rule (:func:`_to_utc`):
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-from .entry import Entry
-from .span import Span
+from gpushift.schedule.entry import Entry
+from gpushift.schedule.span import Span
 
 UTC = timezone.utc
 _MINUTE = timedelta(minutes=1)

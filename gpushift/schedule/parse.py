@@ -1,4 +1,4 @@
-"""L2: reading a schedule file: crontab(5) lines, their five time fields, the @-forms, the one
+"""Reading a schedule file: crontab(5) lines, their five time fields, the @-forms, the one
 ``TZ=`` line, the ``except`` lines (calendar exceptions, read by ``parse_span``); every error names
 the file, the line, the field and what was expected."""
 
@@ -9,14 +9,14 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .. import textfile, validate
-from ..errors import ConfigError
-from ..model import OFF
-from .entry import Entry
-from .evaluate import Schedule
-from .parse_span import is_except_line, parse_span
-from .span import Span
-from .zones import ZONE_KEY, host_timezone
+from gpushift.config import textfile, validate
+from gpushift.errors import ConfigError
+from gpushift.schedule.entry import Entry
+from gpushift.schedule.evaluate import Schedule
+from gpushift.schedule.parse_span import is_except_line, parse_span
+from gpushift.schedule.span import Span
+from gpushift.schedule.zones import ZONE_KEY, host_timezone
+from gpushift.values import OFF
 
 DEFAULT_SCHEDULE_PATH = "/etc/gpushift/schedule"
 
@@ -158,7 +158,7 @@ def load_schedule(
     Raises:
         ConfigError: the file cannot be read, or it is invalid.
     """
-    # A regular file of at most 1 MiB, UTF-8 (an editor's byte-order mark skipped): gpushift.textfile.
+    # A regular file of at most 1 MiB, UTF-8 (an editor's byte-order mark skipped): gpushift.config.textfile.
     text = textfile.read_text(path, "schedule file", "set [daemon] schedule in the config")
     return parse_schedule(text, path, backends, default_tz)
 

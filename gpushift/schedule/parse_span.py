@@ -1,4 +1,4 @@
-"""L2: reading one calendar exception line, ``except FROM .. UNTIL backend [NAME]``, and checking it
+"""Reading one calendar exception line, ``except FROM .. UNTIL backend [NAME]``, and checking it
 against the exceptions read before it (they must not overlap).
 
 FROM and UNTIL are ``YYYY-MM-DD`` or ``YYYY-MM-DD HH:MM`` (also ``YYYY-MM-DDTHH:MM``) in the
@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from ..errors import ConfigError
-from .evaluate import wall_to_utc
-from .span import Span
+from gpushift.errors import ConfigError
+from gpushift.schedule.evaluate import wall_to_utc
+from gpushift.schedule.span import Span
 
 KEYWORD = "except"
 FORMAT = "except FROM .. UNTIL backend [name]"

@@ -1,4 +1,4 @@
-"""L2: one calendar exception: an ``except FROM .. UNTIL backend [NAME]`` line of the schedule file.
+"""One calendar exception: an ``except FROM .. UNTIL backend [NAME]`` line of the schedule file.
 
 While a span is in force (``start <= t < end``) its backend is in effect, whatever the weekly entries
 say; at ``end`` the weekly entries decide again.  ``start``/``end`` are the instants (UTC) the
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
-from .entry import Entry
+from gpushift.schedule.entry import Entry
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""L2: time zone names, and the host's own zone (the schedule's zone when its file has no ``TZ=``)."""
+"""Time zone names, and the host's own zone (the schedule's zone when its file has no ``TZ=``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..errors import ConfigError
+from gpushift.errors import ConfigError
 
 #: What an IANA zone name looks like (``Asia/Shanghai``, ``Etc/GMT+8``, ``UTC``).
 ZONE_KEY = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*")

@@ -1,4 +1,4 @@
-"""L3: what happens when a step of a switch fails after the intent row — the failure policy.
+"""What happens when a step of a switch fails after the intent row — the failure policy.
 
 * Nothing touched yet (refused, or cancelled before the first stop): all is as it was.
 * A failed STOP touches nothing more (the old backend may still run): outcome ``failed``.
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import BackendConfig, Config
-from ..errors import GpushiftError, SwitchFailed, VramNotReleased
-from ..model import Outcome, Phase, SwitchRecord
-from ..policy import gate_gpus
-from . import records
-from .run import StepFailed, SwitchResult, SwitchRun
-from .steps import Steps
+from gpushift.config.schema import BackendConfig, Config
+from gpushift.errors import GpushiftError, SwitchFailed, VramNotReleased
+from gpushift.switch import records
+from gpushift.switch.policy import gate_gpus
+from gpushift.switch.run import StepFailed, SwitchResult, SwitchRun
+from gpushift.switch.steps import Steps
+from gpushift.values import Outcome, Phase, SwitchRecord
 
 
 def close(

@@ -1,4 +1,4 @@
-"""L3: the configured hooks of a switch — when each runs, what it is told, what is recorded.
+"""The configured hooks of a switch — when each runs, what it is told, what is recorded.
 
 * ``before_stop``: after the intent row, before anything is stopped.  A ``required`` one that
   fails (non-zero exit, a timeout, cannot run) refuses the switch: outcome ``refused``, nothing
@@ -7,7 +7,7 @@
   is closed.
 * ``on_failure``: from :func:`~gpushift.switch.failure.close`, for a switch that ends ``failed``,
   ``rolled_back`` or ``refused``.
-* ``before_boundary`` is not a switch's: the daemon's look-ahead runs it (``daemon/notices.py``)
+* ``before_boundary`` is not a switch's: the daemon's look-ahead runs it (``notify/notices.py``)
   with the same environment (:func:`environment`).
 
 Each runs through the :class:`~gpushift.ports.HookRunner` port (a transient systemd unit, as
@@ -22,11 +22,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .. import redact
-from ..config import Config
-from ..model import OFF, HookEvent, HookOutcome, HookSpec, Outcome, Phase, SwitchRecord
-from .run import SwitchRun
-from .steps import Steps
+from gpushift.config.schema import Config
+from gpushift.safetext import redact
+from gpushift.switch.run import SwitchRun
+from gpushift.switch.steps import Steps
+from gpushift.values import OFF, HookEvent, HookOutcome, HookSpec, Outcome, Phase, SwitchRecord
 
 #: The outcomes after which ``on_failure`` runs.
 FAILURE_OUTCOMES = (Outcome.FAILED.value, Outcome.ROLLED_BACK.value, Outcome.REFUSED.value)

@@ -1,4 +1,4 @@
-"""L3: the switcher — the one writer of "what runs on the GPUs".
+"""The switcher — the one writer of "what runs on the GPUs".
 
 One switch at a time: :meth:`Switcher.request` validates, takes the slot under a lock and returns a
 ticket at once; the switch itself runs on a worker thread as a :class:`SwitchRun` and reports every
@@ -22,17 +22,27 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..config import Config
-from ..errors import GpushiftError, NothingToCancel, SwitchFailed, SwitchInProgress, UnknownBackend
-from ..model import OFF, Caller, EventKind, HookEvent, Outcome, Phase, SwitchRecord, Trigger, UnitState
-from ..policy import running_backends
-from ..ports import Ports
-from . import records
-from .failure import FailurePolicy, close
-from .hooks import SwitchHooks
-from .preflight import Preflight, already_there
-from .run import Event, StepFailed, SwitchResult, SwitchRun
-from .steps import RunGuard, Steps
+from gpushift.config.schema import Config
+from gpushift.errors import GpushiftError, NothingToCancel, SwitchFailed, SwitchInProgress, UnknownBackend
+from gpushift.ports import Ports
+from gpushift.switch import records
+from gpushift.switch.failure import FailurePolicy, close
+from gpushift.switch.hooks import SwitchHooks
+from gpushift.switch.policy import running_backends
+from gpushift.switch.preflight import Preflight, already_there
+from gpushift.switch.run import Event, StepFailed, SwitchResult, SwitchRun
+from gpushift.switch.steps import RunGuard, Steps
+from gpushift.values import (
+    OFF,
+    Caller,
+    EventKind,
+    HookEvent,
+    Outcome,
+    Phase,
+    SwitchRecord,
+    Trigger,
+    UnitState,
+)
 
 Listener = Callable[[Event], None]
 

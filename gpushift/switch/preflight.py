@@ -1,4 +1,4 @@
-"""L3: the preflight of a switch — everything checked before anything is touched.
+"""The preflight of a switch — everything checked before anything is touched.
 
 What runs is asked of systemd now; the target's unit must be loaded; the doctor's rules
 (``gpushift check``) must raise no error; and the GPUs the switch will gate on must not hold
@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import BackendConfig, Config
-from ..doctor.identity import identity_problems
-from ..errors import GpushiftError, SwitchFailed, VramNotReleased
-from ..model import OFF, HostGpuFacts, Outcome, Phase, SwitchRecord, UnitState
-from ..policy import foreign_memory, gate_gpus
-from .run import SwitchRun
-from .steps import Steps
+from gpushift.config.schema import BackendConfig, Config
+from gpushift.doctor.identity import identity_problems
+from gpushift.errors import GpushiftError, SwitchFailed, VramNotReleased
+from gpushift.switch.policy import foreign_memory, gate_gpus
+from gpushift.switch.run import SwitchRun
+from gpushift.switch.steps import Steps
+from gpushift.values import OFF, HostGpuFacts, Outcome, Phase, SwitchRecord, UnitState
 
 
 @dataclass

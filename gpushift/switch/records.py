@@ -1,4 +1,4 @@
-"""L3: ledger rows for what happened without a switch of gpushift's own.
+"""Ledger rows for what happened without a switch of gpushift's own.
 
 A change made with ``systemctl`` behind gpushift's back, a relaunch outside gpushift, a backend
 that crashed or wedged: each gets a complete row (outcome, the unit's result and exit, the argv as
@@ -10,10 +10,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..config import Config
-from ..errors import GpushiftError
-from ..model import OFF, Outcome, SwitchRecord, Trigger
-from ..ports import Ports
+from gpushift.config.schema import Config
+from gpushift.errors import GpushiftError
+from gpushift.ports import Ports
+from gpushift.values import OFF, Outcome, SwitchRecord, Trigger
 
 
 def _row(

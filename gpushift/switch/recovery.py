@@ -1,4 +1,4 @@
-"""L3: crash recovery — what a daemon that died in the middle of a switch converges to.
+"""Crash recovery — what a daemon that died in the middle of a switch converges to.
 
 The switcher writes its run down before a stop, before a start, after ready and when it rolls
 back (:class:`~gpushift.ports.RunStore`).  A daemon that starts and finds an unfinished run:
@@ -23,10 +23,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import GpushiftError
-from ..model import OFF, Caller, Outcome, SwitchRecord, Trigger
-from .machine import Switcher
-from .run import SwitchRun
+from gpushift.errors import GpushiftError
+from gpushift.switch.machine import Switcher
+from gpushift.switch.run import SwitchRun
+from gpushift.values import OFF, Caller, Outcome, SwitchRecord, Trigger
 
 #: Recoveries interrupted in a row before the daemon stops trying and leaves the host stopped.
 MAX_RECOVERIES = 3

@@ -1,4 +1,4 @@
-"""L3: one switch as plain data — the run while it goes, the result when it ends.
+"""One switch as plain data — the run while it goes, the result when it ends.
 
 A :class:`SwitchRun` is everything one switch knows about itself: who asked for what and why,
 the phase it is in, what it has stopped and started so far, whether somebody asked to cancel it,
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..model import OFF, EventKind, Outcome, Phase, Trigger
+from gpushift.values import OFF, EventKind, Outcome, Phase, Trigger
 
 
 class StepFailed(Exception):

@@ -1,4 +1,4 @@
-"""L3: the steps of one switch — drain, stop, the VRAM gate, start, readiness, the launch record.
+"""The steps of one switch — drain, stop, the VRAM gate, start, readiness, the launch record.
 
 Each step asks the ports at that moment (systemd, the GPU provider, the backend's HTTP endpoints)
 and either returns or raises :class:`~gpushift.switch.run.StepFailed`.  Every waiting loop checks
@@ -12,13 +12,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import cmdline, warmup
-from ..config import BackendConfig, Config
-from ..errors import CancelRefused
-from ..model import GpuReading, Phase, SwitchRecord, UnitState
-from ..policy import gate
-from ..ports import Ports
-from .run import StepFailed, SwitchRun
+from gpushift.backends import cmdline, warmup
+from gpushift.config.schema import BackendConfig, Config
+from gpushift.errors import CancelRefused
+from gpushift.ports import Ports
+from gpushift.switch.policy import gate
+from gpushift.switch.run import StepFailed, SwitchRun
+from gpushift.values import GpuReading, Phase, SwitchRecord, UnitState
 
 #: While memory is held, who holds it is looked up at most this often (the fd scan is the slow part).
 HOLDERS_EVERY_S = 1.0

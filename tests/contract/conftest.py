@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-HOLD = [sys.executable, "-m", "gpushift.adapters.simgpu", "hold"]
+HOLD = [sys.executable, "-m", "gpushift.host.simgpu", "hold"]
 
 #: Runs a command as user nobody, without root's groups (the tests run as root).
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -226,8 +226,8 @@ def serve(start_bus: Callable[[], str]) -> Iterator[Callable[..., Served]]:
     unpublished, stopped and closed afterwards (the bus by PID, through ``procs``)."""
     from gi.repository import GLib
 
-    from gpushift.adapters import dbus_service
-    from gpushift.adapters.bus import connect
+    from gpushift.bus import service as dbus_service
+    from gpushift.host.dbus import connect
 
     served: list[tuple[Served, Any]] = []
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from gpushift.adapters.nvml import NvmlGpuProbe
-from gpushift.model import GateState, GpuInfo
+from gpushift.host.nvml import NvmlGpuProbe
+from gpushift.values import GateState, GpuInfo
 
 #: The residual the gate uses by default (config ``gpu.residual_mib``).
 RESIDUAL_MIB = 256.0

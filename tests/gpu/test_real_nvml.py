@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from gpushift.model import GateState
+from gpushift.values import GateState
 
 pytestmark = pytest.mark.gpu
 

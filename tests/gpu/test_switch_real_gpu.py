@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from gpushift.adapters.host import ProcHost, SystemClock
-from gpushift.config import parse
+from gpushift.config.schema import parse
 from gpushift.errors import GpushiftError
-from gpushift.model import Caller, Health, JobResult, SwitchRecord, UnitState, VersionInfo
+from gpushift.host.proc import ProcHost, SystemClock
 from gpushift.ports import Ports, states_one_by_one
 from gpushift.switch import Switcher, SwitchResult
+from gpushift.values import Caller, Health, JobResult, SwitchRecord, UnitState, VersionInfo
 
 HOLD = r"""
 import os, sys, time, torch

@@ -186,7 +186,7 @@ def free_port_fixture() -> Callable[[], int]:
 def bus(sandbox: Sandbox) -> Iterator[Any]:
     """A pydbus connection of this test's own to the sandbox's session bus (closed afterwards)."""
     try:
-        from gpushift.adapters.bus import connect
+        from gpushift.host.dbus import connect
     except ImportError as e:  # pragma: no cover - the venv has them
         pytest.fail(f"pydbus/PyGObject are needed for the systemd adapter tests: {e}", pytrace=False)
     b = connect("session", sandbox.bus_address)

@@ -109,8 +109,8 @@ def serve(record_path: str) -> int:
     """Publish the service on the system bus of this environment; run until SIGTERM."""
     from gi.repository import GLib
 
-    from gpushift.adapters.bus import connect
-    from gpushift.adapters.dbus_service import SwitcherService, publish
+    from gpushift.bus.service import SwitcherService, publish
+    from gpushift.host.dbus import connect
 
     bus = connect("system")  # as the daemon opens it
     stub = StubBackend(record_path)
@@ -132,7 +132,7 @@ def probe(method: str, args: list[str]) -> int:
     import pydbus
     from gi.repository import Gio, GLib
 
-    from gpushift.adapters.dbus_service import BUS_NAME, OBJECT_PATH
+    from gpushift.bus.service import BUS_NAME, OBJECT_PATH
 
     try:
         bus = pydbus.SystemBus()

@@ -289,7 +289,7 @@ class GpushiftEnv:
     def hold_device(self, gpu: int) -> subprocess.Popen[bytes]:
         """A foreign process (outside every backend unit) holding a simulated GPU."""
         return subprocess.Popen(
-            [PY, "-m", "gpushift.adapters.simgpu", "hold", str(self.simdir / f"nvidia{gpu}")],
+            [PY, "-m", "gpushift.host.simgpu", "hold", str(self.simdir / f"nvidia{gpu}")],
             start_new_session=True,
         )
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from gpushift.adapters.hooks import SystemdHookRunner
-from gpushift.adapters.systemd import SystemdUnits
-from gpushift.model import HookSpec
+from gpushift.host.hookunits import SystemdHookRunner
+from gpushift.host.systemd import SystemdUnits
+from gpushift.values import HookSpec
 
 NOBODY = 65534
 

@@ -81,7 +81,7 @@ _NATIVE_CLIENT = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {repo!r})
-    from gpushift.adapters.journal import JournalSocket
+    from gpushift.host.journal import JournalSocket
     s = JournalSocket()
     s.send([("MESSAGE", "multi\\nline"), ("SYSLOG_IDENTIFIER", "probe"), ("PROBE_CASE", "newline")])
     s.send([("MESSAGE", b"bin\\x00ary\\xff"), ("SYSLOG_IDENTIFIER", "probe"), ("PROBE_CASE", "binary")])

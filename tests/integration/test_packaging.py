@@ -94,7 +94,7 @@ def wheel_modules(whl: Path) -> dict[str, Module]:
 
 def references(mod: Module, known: set[str]) -> set[str]:
     """The wheel's modules ``mod`` imports (anywhere: lazy imports inside functions count) or names in
-    a string (``_LAZY``'s sub-command modules, ``python -m gpushift.adapters.simgpu``)."""
+    a string (``_LAZY``'s sub-command modules, ``python -m gpushift.host.simgpu``)."""
     package = mod.name if mod.is_package else mod.name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(mod.tree):
@@ -152,7 +152,7 @@ def test_wheel_holds_the_product_and_no_test_or_demo_machinery(wheel: Path) -> N
         names = z.namelist()
     top = {n.split("/")[0] for n in names}
     assert top == {"gpushift", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}, top
-    assert "gpushift/org.gpushift.Switcher1.xml" in names  # the D-Bus interface the daemon exports
+    assert "gpushift/bus/org.gpushift.Switcher1.xml" in names  # the D-Bus interface the daemon exports
 
     mods = wheel_modules(wheel)
     machinery = sorted(m for m in mods if m.rpartition(".")[2] in NOT_PRODUCT)
@@ -164,7 +164,7 @@ def test_wheel_holds_the_product_and_no_test_or_demo_machinery(wheel: Path) -> N
     assert lazy and lazy <= set(mods), f"_LAZY names modules the wheel lacks: {lazy - set(mods)}"
     roots = entry | {"gpushift.daemon"} | lazy  # gpushift daemon: what units/gpushift.service runs
     product = reached(roots, mods)
-    assert "gpushift.adapters.simgpu" in product  # the simulated GPU provider is a product feature
+    assert "gpushift.host.simgpu" in product  # the simulated GPU provider is a product feature
     orphans = sorted(set(mods) - product)
     assert not orphans, (
         f"modules in the wheel that no entry point reaches (only tests or the demo use them?): {orphans}"

@@ -2,7 +2,7 @@
 manager and bus): a stand-in backend whose unit runs it with ``--api-key s3cret`` and
 ``Environment=HF_TOKEN=hf_x``, whose health URL carries ``probe:pr0bepw@``, whose version command
 prints bytes that are not UTF-8 and an escape sequence.  A ``--reason`` that holds escape
-sequences is refused before anything happens (exit 2, no switch, no row: ``gpushift/validate.py``);
+sequences is refused before anything happens (exit 2, no switch, no row: ``gpushift/config/validate.py``);
 the switch with a plain reason then succeeds; no credential appears in ``gpushift status`` (text, ``--json``), the
 D-Bus ``GetStatus`` reply, the ``Progress``/``Finished`` signals, ``gpushift ledger`` (list, JSON,
 show, diff, both exports), ``gpushift check`` or the daemon's journal; and no terminal output holds
@@ -32,7 +32,7 @@ def raw_controls(text: str) -> list[str]:
 
 
 def get_status(sandbox: Any) -> str:
-    from gpushift.adapters.bus import connect
+    from gpushift.host.dbus import connect
 
     bus = connect("session", sandbox.bus_address)
     try:

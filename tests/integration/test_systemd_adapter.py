@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from gpushift.adapters.bus import connect
-from gpushift.adapters.systemd import SystemdUnits
 from gpushift.errors import SystemdError
+from gpushift.host.dbus import connect
+from gpushift.host.systemd import SystemdUnits
 from tests.support.sandbox import Sandbox, SandboxError
 
 SLEEPER = "[Service]\nType=simple\nExecStart=/bin/sleep 300\nKillMode=control-group\nTimeoutStopSec=3\n"

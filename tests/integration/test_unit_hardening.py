@@ -91,7 +91,7 @@ def _unit_bounding_mask(text: str) -> str:
 
 def _hold_as_nobody(path: Path) -> subprocess.Popen[str]:
     p = subprocess.Popen(
-        [*AS_NOBODY, sys.executable, "-m", "gpushift.adapters.simgpu", "hold", str(path)],
+        [*AS_NOBODY, sys.executable, "-m", "gpushift.host.simgpu", "hold", str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

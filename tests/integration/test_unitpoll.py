@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from gpushift.adapters.systemd import SystemdUnits
 from gpushift.errors import SystemdError
-from gpushift.model import UnitState
+from gpushift.host.systemd import SystemdUnits
+from gpushift.values import UnitState
 
 SLEEPER = "[Service]\nType=simple\nExecStart=/bin/sleep 300\nKillMode=control-group\nTimeoutStopSec=3\n"
 

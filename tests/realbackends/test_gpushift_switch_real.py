@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from realbackends_support import OFFLINE_ENV, RealBackends, TinyModel, free_port, http
 
-from gpushift.adapters.http_probe import parse_inflight
+from gpushift.backends.probe import parse_inflight
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from gpushift_env import Backend, GpushiftEnv  # noqa: E402

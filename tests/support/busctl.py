@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpushift.adapters.dbus_names import BUS_NAME, INTERFACE, OBJECT_PATH
+from gpushift.bus.names import BUS_NAME, INTERFACE, OBJECT_PATH
 
 PROPERTIES = "org.freedesktop.DBus.Properties"
 

@@ -359,7 +359,7 @@ def leave_orphan(path: str, pid_file: str | None, timeout_s: float = 10.0) -> in
         "--",
         sys.executable,
         "-m",
-        "gpushift.adapters.simgpu",
+        "gpushift.host.simgpu",
         "hold",
         path,
     ]

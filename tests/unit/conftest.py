@@ -27,7 +27,7 @@ def _load_fakes() -> ModuleType:
     name = "gpushift_unit_fakes"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fakes.py"))
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "tests" / "support" / "fakes.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the class is built

@@ -1,6 +1,7 @@
-"""The checks that keep the layers honest cover every module of the pure core, also one split out
-of a package later: mypy's strict list and the import-linter contracts are keyed so that a new
-module cannot silently lose them."""
+"""The checks that keep the layout honest cover every module, also one added later: each module is
+in a feature's layer, is either a pure rule (the "no system library" contract, checked strictly by
+mypy) or an effect (``[tool.gpushift.layout] effects``), never both, and the top of the package
+holds only the shared vocabulary (docs/design.md "Layers")."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ else:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+CONTRACTS = PYPROJECT["tool"]["importlinter"]["contracts"]
 
 
 def modules() -> list[str]:
@@ -28,15 +30,18 @@ def modules() -> list[str]:
 
 
 def layers() -> list[list[str]]:
-    (c,) = [c for c in PYPROJECT["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    (c,) = [c for c in CONTRACTS if c["type"] == "layers"]
     return [[m.strip() for m in line.split("|")] for line in c["layers"]]
 
 
-def pure_core_layers() -> set[str]:
-    """The top-level names below the adapters' layer (L0–L3)."""
-    lines = layers()
-    below = next(i for i, line in enumerate(lines) if "gpushift.adapters" in line) + 1
-    return {m for line in lines[below:] for m in line}
+def pure() -> set[str]:
+    (c,) = [c for c in CONTRACTS if c["name"].startswith("The pure rules")]
+    assert c.get("as_packages") is False, "the pure list names modules, not packages with all below them"
+    return set(c["source_modules"])
+
+
+def effects() -> set[str]:
+    return set(PYPROJECT["tool"]["gpushift"]["layout"]["effects"])
 
 
 def strict_patterns() -> list[str]:
@@ -58,17 +63,24 @@ def test_every_module_of_the_package_is_in_a_layer() -> None:
     assert not missing, f"modules in no import-linter layer (pyproject.toml): {missing}"
 
 
-def test_every_pure_core_module_is_type_checked_strictly() -> None:
-    core = pure_core_layers()
+def test_every_module_is_a_pure_rule_or_an_effect_never_both() -> None:
+    p, e = pure(), effects()
+    assert not p & e, f"modules both pure and an effect (pyproject.toml): {sorted(p & e)}"
+    unsorted = [m for m in modules() if m not in p | e]
+    assert not unsorted, (
+        f"modules neither in the pure contract nor in [tool.gpushift.layout] effects: {unsorted}"
+    )
+    gone = sorted((p | e) - set(modules()))
+    assert not gone, f"pyproject.toml names modules that do not exist: {gone}"
+
+
+def test_every_pure_module_is_type_checked_strictly() -> None:
     patterns = strict_patterns()
-    loose = [m for m in modules() if covered(m, core) and not strict(m, patterns)]
-    assert not loose, f"pure-core modules missing from mypy's strict list (pyproject.toml): {loose}"
+    loose = [m for m in sorted(pure()) if not strict(m, patterns)]
+    assert not loose, f"pure modules missing from mypy's strict list (pyproject.toml): {loose}"
 
 
-def test_every_pure_core_module_is_under_the_no_system_library_contract() -> None:
-    (c,) = [
-        c for c in PYPROJECT["tool"]["importlinter"]["contracts"] if c["name"].startswith("The pure core")
-    ]
-    sources = set(c["source_modules"])
-    missing = [m for m in modules() if covered(m, pure_core_layers()) and not covered(m, sources)]
-    assert not missing, f"pure-core modules outside the 'no system library' contract: {missing}"
+def test_the_top_of_the_package_holds_only_the_shared_vocabulary() -> None:
+    top = sorted(p.name for p in (ROOT / "gpushift").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 3, f"top-level modules besides __init__.py: {top}"
+    assert not (ROOT / "gpushift" / "adapters").exists()
