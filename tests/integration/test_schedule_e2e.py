@@ -129,7 +129,9 @@ def test_schedule_switches_at_entry_time_and_reconciles_at_start(sched_env):
     row = env.ledger_row(env.ledger()[0]["id"])
     assert row["trigger"] == "schedule" and row["to"] == "b"
     started = datetime.fromisoformat(row["started_at"])
-    assert timedelta(0) <= started - at < timedelta(seconds=5), (started, at)
+    # Not before its time; after it within a deadline generous enough for a busy machine (the
+    # boundary's timer is the daemon's, but the CPU it runs on is shared).
+    assert timedelta(0) <= started - at < timedelta(seconds=30), (started, at)
 
 
 def test_wall_clock_jump_is_noticed_by_the_real_daemon(sched_env, fake_clock):
@@ -208,17 +210,28 @@ def test_calendar_exception_is_followed_across_its_start_a_restart_and_its_end(s
     assert env.status()["schedule"]["exception"] is None
 
 
-def test_manual_switch_lasts_until_next_boundary(sched_env):
-    env = sched_env("TZ=UTC\n* * * * * a\n")  # a boundary every minute
+def test_manual_switch_lasts_until_next_boundary(sched_env, fake_clock):
+    """The override holds until the schedule's next boundary, then the schedule acts.  The boundary
+    is the faked clock's (it comes when the test moves the clock), never one of the real clock that
+    a busy machine could put inside the test's window."""
+    now = utc_now()
+    boundary = (now + timedelta(hours=2)).replace(second=0, microsecond=0)
+    env = sched_env(
+        f"TZ=UTC\n{cron_at(boundary)} a\n",  # a is in effect; its one boundary a day is two hours away
+        extra_env=fake_clock.env,
+    )
     wait_active(env, "gs-a.service", 30)
     env.cli("switch", "b", "--reason", "a quick experiment", check=True)
     st = env.status()
     assert st["mode"].startswith("override b until")
     until = datetime.fromisoformat(st["override"]["until"])
-    time.sleep(5)
-    assert env.active_state("gs-b.service") == "active"  # not fought before the boundary
-    wait_active(env, "gs-a.service", (until - utc_now()).total_seconds() + 30)
-    assert env.status()["mode"] == "schedule"
+    assert until == boundary, (until, boundary)
+    time.sleep(5)  # two reconcile intervals: the schedule does not fight the override before its boundary
+    assert env.active_state("gs-b.service") == "active"
+    assert env.status()["mode"].startswith("override b until")
+    fake_clock.jump_to(boundary - timedelta(seconds=3))
+    wait_active(env, "gs-a.service", 60)
+    env.wait_for(lambda: env.status()["mode"] == "schedule", 30, "the daemon to obey the schedule again")
 
 
 def test_hold_survives_restart_and_resume_switches_back(sched_env):
