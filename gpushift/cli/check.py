@@ -84,6 +84,40 @@ def _hooks(cfg: Any) -> dict[str, Any]:
     return out
 
 
+def _directory_problem(path: str) -> str | None:
+    """Why the daemon could not keep its files in ``path`` (None: it can).  A directory that does not
+    exist yet is fine when the nearest existing one above it is a directory (systemd's
+    ``StateDirectory=``/``RuntimeDirectory=`` or the daemon makes it)."""
+    import os
+    import stat
+
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        parent = os.path.dirname(os.path.abspath(path))
+        while parent != "/" and not os.path.isdir(parent) and not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        return None if os.path.isdir(parent) else f"cannot be made: {parent} is not a directory"
+    except OSError as e:
+        return f"cannot be read: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if os.geteuid() == 0 and not os.access(path, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
+
+
+def _directories(cfg: Any) -> list[dict[str, Any]]:
+    """``[daemon] state_dir`` and ``runtime_dir``: each a usable directory (the daemon refuses every
+    switch without one)."""
+    out = []
+    for key in ("state_dir", "runtime_dir"):
+        path = getattr(cfg.daemon, key)
+        why = _directory_problem(path)
+        out.append({"setting": key, "path": path, "ok": why is None, "error": why})
+    return out
+
+
 def _collect(config_path: str | None) -> dict[str, Any]:
     from gpushift.config import schema as config_mod
     from gpushift.errors import ConfigError, GpushiftError
@@ -147,7 +181,9 @@ def _collect(config_path: str | None) -> dict[str, Any]:
     }
     report["findings"] = [f.to_dict() for f in findings]
     report["hooks"] = _hooks(cfg)
+    report["directories"] = _directories(cfg)
     errors = sum(1 for f in findings if f.is_error) + report["hooks"]["errors"]
+    errors += sum(1 for d in report["directories"] if not d["ok"])
     report["errors"] = errors + (0 if report["schedule"]["ok"] else 1)
     report["warnings"] = sum(1 for f in findings if not f.is_error)
     report["ok"] = report["errors"] == 0 and units is not None
@@ -167,6 +203,9 @@ def _render(r: dict[str, Any]) -> str:
         lines.append(f"schedule  {s['path']}: ok ({s['entries']} entries, TZ {s['tz']})")
     else:
         lines.append("schedule  none configured (gpushift switches only when asked)")
+    for d in r.get("directories") or []:
+        state = "ok" if d["ok"] else f"ERROR: {d['error']}"
+        lines.append(f"{d['setting']:<9} {d['path']}: {state}")
     if r.get("systemd_error"):
         lines.append(f"systemd   UNREACHABLE: {r['systemd_error']}")
     g = r.get("gpu") or {}
@@ -214,7 +253,8 @@ def check(ctx: click.Context, as_json: bool) -> None:
     warning is logged and recorded in the ledger): FP8 or BF16 on GPUs without them, more
     tensor-parallel ranks than GPUs, --split-mode none on several GPUs, missing model files, ECC
     errors, an unpinned version, port clashes, unit settings that let processes outlive a stop,
-    and a hook program ([hooks]) that is missing or not executable by the hooks' user.
+    a hook program ([hooks]) that is missing or not executable by the hooks' user, and a state_dir or
+    runtime_dir that is not a usable directory.
     Exit status 0 when there is no error, 1 otherwise (2: the config itself is invalid).
 
     \b

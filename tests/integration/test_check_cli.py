@@ -145,3 +145,28 @@ def test_check_names_hook_programs_the_hooks_user_cannot_run(sandbox):
         assert rep["hooks"]["errors"] == 2
     finally:
         shutil.rmtree(bin_dir, ignore_errors=True)
+
+
+def test_check_fails_when_state_dir_or_runtime_dir_is_not_a_usable_directory(sandbox):
+    """A state_dir that is a regular file: the daemon would refuse every switch, so check says so."""
+    base = Path(sandbox.base_dir) / "check"
+    base.mkdir()
+    cfg = shipped_config(base)
+    install_shipped_units(sandbox)
+    r = run_check(sandbox, cfg)
+    assert "state_dir" in r.stdout and f"{base / 'state'}: ok" in r.stdout, r.stdout
+    shutil.rmtree(base / "state", ignore_errors=True)
+    (base / "state").write_text("not a directory\n")  # a file where the state directory belongs
+    (base / "run-parent").write_text("")
+    cfg.write_text(cfg.read_text().replace(f'"{base / "run"}"', f'"{base / "run-parent" / "run"}"'))
+    r = run_check(sandbox, cfg)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"state_dir {base / 'state'}: ERROR: is not a directory" in r.stdout
+    assert (
+        f"runtime_dir {base / 'run-parent' / 'run'}: ERROR: cannot be made: {base / 'run-parent'} is not a directory"
+        in r.stdout
+    )
+    rep = json.loads(run_check(sandbox, cfg, "--json").stdout)
+    by_key = {d["setting"]: d for d in rep["directories"]}
+    assert by_key["state_dir"]["ok"] is False and by_key["runtime_dir"]["ok"] is False
+    assert rep["ok"] is False
