@@ -21,7 +21,7 @@ from typing import Any
 from gpushift.bus.args import variant_types
 from gpushift.bus.names import BUS_NAME, INTERFACE, OBJECT_PATH
 from gpushift.errors import DaemonUnavailable
-from gpushift.host.dbus_errors import from_dbus
+from gpushift.host.dbus_errors import from_dbus, not_answering
 
 CALL_TIMEOUT_S = 10.0
 #: A switch call's own deadline (the daemon answers with a ticket at once; it validates first).
@@ -76,9 +76,9 @@ def _call(
     except DBusErrorResponse as e:
         raise _remote(e) from None
     except TimeoutError:
-        raise DaemonUnavailable(
-            f"the gpushift daemon did not answer {member} within {timeout_s:g} s"
-        ) from None
+        if _owner(conn) is None:
+            raise DaemonUnavailable("the gpushift daemon is not running on this bus") from None
+        raise DaemonUnavailable(not_answering(f"no answer to {member} within {timeout_s:g} s")) from None
 
 
 class _Remote(Exception):

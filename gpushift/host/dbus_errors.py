@@ -30,6 +30,19 @@ DAEMON_GONE = frozenset(
     }
 )
 
+NO_REPLY = "org.freedesktop.DBus.Error.NoReply"
+#: dbus-daemon's NoReply when the callee's connection closed before it replied (it is gone, not hung).
+_RECIPIENT_LEFT = re.compile(r"disconnected from message bus without replying", re.IGNORECASE)
+
+
+def not_answering(why: str) -> str:
+    """The message for a daemon that holds its bus name but does not reply."""
+    return (
+        f"the gpushift daemon is not answering: it holds its bus name but did not reply ({why}); "
+        "see `systemctl status gpushift` and `journalctl -u gpushift`"
+    )
+
+
 #: The bus's answer when its policy refuses a call.
 BUS_ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 
@@ -65,6 +78,9 @@ def split_remote(e: BaseException) -> tuple[str | None, str]:
 
 def from_dbus(name: str | None, message: str) -> GpushiftError:
     """The gpushift error for a D-Bus error name and its message."""
+    if name == NO_REPLY and not _RECIPIENT_LEFT.search(message):
+        # The bus's own reply timeout: a daemon holds the name but did not answer (hung, stopped).
+        return DaemonUnavailable(not_answering(f"the bus gave up waiting ({name})"))
     if name in DAEMON_GONE:
         return DaemonUnavailable(f"the gpushift daemon is not running on this bus ({name})")
     if name == BUS_ACCESS_DENIED:

@@ -76,7 +76,6 @@ def test_a_bug_in_a_handler_leaves_as_failed_and_comes_back_as_the_base_class() 
     [
         "org.freedesktop.DBus.Error.ServiceUnknown",
         "org.freedesktop.DBus.Error.NameHasNoOwner",
-        "org.freedesktop.DBus.Error.NoReply",
         "org.freedesktop.DBus.Error.Disconnected",
     ],
 )
@@ -85,6 +84,31 @@ def test_bus_names_for_an_absent_daemon_become_daemon_unavailable(name: str) -> 
     assert type(back) is DaemonUnavailable
     assert str(back) == f"the gpushift daemon is not running on this bus ({name})"
     assert back.code == 6
+
+
+def test_no_reply_because_the_daemon_left_is_a_daemon_not_running() -> None:
+    name = "org.freedesktop.DBus.Error.NoReply"
+    back = dbus_errors.translate(
+        _received(name, "Message recipient disconnected from message bus without replying")
+    )
+    assert type(back) is DaemonUnavailable
+    assert str(back) == f"the gpushift daemon is not running on this bus ({name})"
+
+
+def test_no_reply_from_a_daemon_that_holds_its_name_is_not_answering() -> None:
+    """The bus's reply timeout (dbus-daemon's NoReply text): the daemon is there but hung."""
+    back = dbus_errors.translate(
+        _received(
+            "org.freedesktop.DBus.Error.NoReply",
+            "Did not receive a reply. Possible causes include: the remote application did not send a reply, "
+            "the message bus security policy blocked the reply, the reply timeout expired, or the network "
+            "connection was broken.",
+        )
+    )
+    assert type(back) is DaemonUnavailable and back.code == 6
+    assert str(back).startswith(
+        "the gpushift daemon is not answering: it holds its bus name but did not reply"
+    )
 
 
 def test_the_bus_policy_refusing_a_call_becomes_access_denied() -> None:
