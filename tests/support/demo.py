@@ -16,11 +16,13 @@ The unit and drop-in templates here are shared with the integration tests.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from . import standin
 
@@ -132,17 +134,68 @@ def stop() -> int:
     return 0
 
 
+#: Files an earlier demo left in its directory: its ledger, override and run store, the spool, the
+#: backends' logs.  A new demo starts from none of them (an earlier run's hold of demo-night made
+#: the new daemon reconcile to it while the demo asked for its first switch).
+_EARLIER = ("state", "run", "demo-day.log", "demo-night.log", "gpushift.toml")
+
+
+def _reset(d: Path) -> None:
+    """Remove what an earlier demo left in ``d`` (after it was stopped), and say so."""
+    left = [name for name in _EARLIER if (d / name).exists()]
+    if not left:
+        return
+    _say(f"resetting the earlier demo's files under {d} ({', '.join(left)}): this demo starts afresh")
+    for name in left:
+        path = d / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
 def run() -> int:
     from .sandbox import Sandbox
 
     d = _demo_dir()
     if d.exists():
-        stop()
+        if stop() != 0:
+            print(
+                f"an earlier demo under {d} could not be stopped: see above, then `make demo-stop`",
+                file=sys.stderr,
+            )
+            return 1
+        _reset(d)
     d.mkdir(parents=True, exist_ok=True)
-    gpushift_bin = str(Path(sys.executable).parent / "gpushift")
     _say(f"booting a private systemd user manager and D-Bus session bus under {d}")
     sb = Sandbox(d).start()
+    try:
+        rc = _run_in(sb, d)
+    except BaseException:
+        _stop_failed(sb, d)
+        raise
+    if rc != 0:
+        _stop_failed(sb, d)
+    return rc
+
+
+def _stop_failed(sb: Any, d: Path) -> None:
+    """A demo that failed stops everything it started (the daemon, the stand-ins, the manager, the
+    bus, journald); its files stay for a look."""
+    print(f"\nthe demo failed: stopping what it started (its files stay in {d})", file=sys.stderr, flush=True)
+    try:
+        sb.stop()
+    except Exception as e:
+        print(f"stopping the demo failed too ({e}): run `make demo-stop`", file=sys.stderr)
+        return
+    print("everything the demo started is stopped; `make demo` runs it again", file=sys.stderr)
+
+
+def _run_in(sb: Any, d: Path) -> int:
+    """The demo's steps in a started sandbox; 0 when every one succeeded."""
+    gpushift_bin = str(Path(sys.executable).parent / "gpushift")
     state = d / "state"
+    broken = os.environ.get("GPUSHIFT_DEMO_BREAK") == "night"  # tests: the night backend never starts
     cfg = d / "gpushift.toml"
     simdir = state / "simgpu"
     cfg.write_text(
@@ -193,7 +246,8 @@ simulated_vram_mib = 6800
             devices,
             str(d / f"{name}.log"),
             conflicts=[f"{other}.service"],
-            args=["--start-delay", str(delay)],
+            args=["--start-delay", str(delay)]
+            + (["--exit-at-once"] if broken and name == "demo-night" else []),
         )
         sb.install_unit(f"{name}.service", text)
     sb.install_unit("gpushift.service", (REPO / "units" / "gpushift.service").read_text())
