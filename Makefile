@@ -149,7 +149,7 @@ BINDIR ?= /usr/local/bin
 INSTALL_PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 PIP_ARGS ?=
 PURGE ?= 0
-PKG_SOURCES := pyproject.toml README.md $(shell find gpushift -name '*.py' -o -name '*.xml')
+PKG_SOURCES := pyproject.toml README.md LICENSE $(shell find gpushift -name '*.py' -o -name '*.xml')
 WHEEL_STAMP := $(BUILDDIR)/wheel/.built
 MAN_PAGE := $(BUILDDIR)/man/gpushift.1
 COMPLETIONS_STAMP := $(BUILDDIR)/completions/.built
@@ -165,7 +165,7 @@ completions: $(COMPLETIONS_STAMP)
 $(WHEEL_STAMP): $(PKG_SOURCES) | $(STAMP)
 	rm -rf $(BUILDDIR)/wheel $(BUILDDIR)/src
 	mkdir -p $(BUILDDIR)/src
-	cp -r pyproject.toml README.md gpushift $(BUILDDIR)/src/
+	cp -r pyproject.toml README.md LICENSE gpushift $(BUILDDIR)/src/
 	find $(BUILDDIR)/src -name __pycache__ -prune -exec rm -rf {} +
 	$(PIP) wheel -q --no-deps $(PIP_ARGS) -w $(BUILDDIR)/wheel $(BUILDDIR)/src
 	rm -rf $(BUILDDIR)/src

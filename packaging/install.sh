@@ -152,8 +152,17 @@ build_venv() { # staging dir
 	PIP_DISABLE_PIP_VERSION_CHECK=1 "$BUILD_PYTHON" -m pip --python "$stage/bin/python" install -q \
 		--no-compile --no-warn-script-location $PIP_ARGS "$wheel"
 	"$stage/bin/python" - "$stage" "$PREFIX" <<'EOF'
-import os, sys
+import glob, os, sys
 stage, final = (s.encode() for s in sys.argv[1:3])
+# pip records where it took a wheel from (PEP 610's direct_url.json): here the build directory of the
+# machine that built it, which means nothing on the host: leave it out, and out of the RECORD.
+for direct in glob.glob(os.path.join(sys.argv[1], "lib", "python*", "site-packages", "gpushift-*.dist-info", "direct_url.json")):
+    os.unlink(direct)
+    record = os.path.join(os.path.dirname(direct), "RECORD")
+    with open(record) as f:
+        lines = [line for line in f if not line.split(",", 1)[0].endswith("/direct_url.json")]
+    with open(record, "w") as f:
+        f.writelines(lines)
 for top, _dirs, files in os.walk(stage):
     for name in files:
         path = os.path.join(top, name)

@@ -171,6 +171,18 @@ def test_wheel_holds_the_product_and_no_test_or_demo_machinery(wheel: Path) -> N
     )
 
 
+def test_wheel_carries_an_spdx_license_and_its_file(wheel: Path) -> None:
+    """PEP 639's form (``license = "MIT"``, ``license-files``): the table form ``{ text = ... }`` draws
+    setuptools' deprecation warning and stops working after 2027-02-18."""
+    with zipfile.ZipFile(wheel) as z:
+        (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        text = z.read(meta).decode()
+        licenses = [n for n in z.namelist() if "/licenses/" in n]
+    assert "License-Expression: MIT" in text.splitlines(), text[:800]
+    assert "License-File: LICENSE" in text.splitlines(), text[:800]
+    assert any(n.endswith("/licenses/LICENSE") for n in licenses), licenses
+
+
 def test_reachability_sees_lazy_imports_and_module_names_in_strings() -> None:
     """The analysis itself: a module imported inside a function, one named in a string, a relative
     `from . import x`, and one nobody names."""
