@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 import click
+import click.shell_completion
 
 from gpushift.config import validate
 
@@ -46,12 +47,37 @@ class _Checked(click.ParamType):  # type: ignore[type-arg]  # generic in newer c
             return validate.name_problem(value)
         return validate.line_problem(value, self.limit)
 
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[click.shell_completion.CompletionItem]:
+        """Backend names complete from the config (``--config``, ``$GPUSHIFT_CONFIG``, the default
+        path) and ``off``; nothing, silently, when the config cannot be read."""
+        if self.name != "backend":
+            return []
+        names = [n for n in configured_backends(ctx) if n.startswith(incomplete)]
+        return [click.shell_completion.CompletionItem(n) for n in names]
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         text = str(value)
         why = self.problem(text)
         if why is not None:
             self.fail(f"{validate.shown(text)}: {why}", param, ctx)
         return text
+
+
+def configured_backends(ctx: click.Context) -> list[str]:
+    """The backend names of the config the command would read, for completion (``[]`` when it
+    cannot be read).  During completion click runs no group callback: the ``--config`` typed so far
+    is in the root context's params."""
+    from gpushift.config import schema
+
+    root = ctx.find_root()
+    explicit = root.params.get("config_path") if root.params else None
+    try:
+        cfg = schema.load(explicit if isinstance(explicit, str) else None)
+    except Exception:  # a completion never prints a traceback into the shell
+        return []
+    return [*sorted(cfg.backends), "off"]
 
 
 BACKEND = _Checked("backend")
