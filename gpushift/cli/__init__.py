@@ -18,7 +18,8 @@ from typing import Any, NoReturn
 import click
 
 from gpushift.cli import params
-from gpushift.cli.output import Paint, painter, say, say_json
+from gpushift.cli.output import painter, say, say_json
+from gpushift.cli.status_text import render_status
 from gpushift.errors import DaemonUnavailable, GpushiftError
 from gpushift.safetext import redact, terminal
 
@@ -204,168 +205,6 @@ def _local_status(ctx: click.Context, why: str) -> dict[str, Any]:
     return wiring.status_report(comps, daemon)
 
 
-def _mib(v: Any) -> str:
-    return "?" if v is None else f"{float(v):.0f}"
-
-
-def _ago(age_s: Any) -> str:
-    return "" if age_s is None else f"  ({age_s:.1f}s ago)"
-
-
-def _health_text(h: dict[str, Any] | None, in_flight: dict[str, Any] | None, paint: Paint) -> str:
-    """``health 200 (0.4s ago)``, ``health FAILING for 12.0s: 503 ...``, ``health unknown: ...``."""
-    if h is None:
-        return ""
-    state = h.get("state") or ("ok" if h.get("ok") else "failing")
-    if state == "ok":
-        text = f"health {h.get('status')}"
-    elif state == "unknown":
-        text = f"health unknown: {h.get('detail')}"
-    else:
-        failing = f" for {h['failing_for_s']:.1f}s" if h.get("failing_for_s") else ""
-        what = f"{h['status']} {h.get('detail') or ''}" if h.get("status") else h.get("detail")
-        text = f"health {paint('FAILING')}{failing}: {what}".rstrip()
-    text += _ago(h.get("age_s"))
-    requests = (in_flight or {}).get("requests")
-    return text + (f", {requests} request(s) in flight" if requests is not None else "")
-
-
-def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
-    """``gpushift status`` for a person; ``paint`` colours outcome and state words (None: plain).
-    Every value from outside is escaped (gpushift.safetext.terminal) before it is laid out."""
-    fmt_mib = terminal.fmt_mib
-    s = terminal.escape_tree(s)
-    paint = paint or str
-    lines = []
-    d = s.get("daemon") or {}
-    sim = s.get("simulated")
-    if d.get("running"):
-        state = d.get("state", "?")
-        lines.append(f"daemon:   running (pid {d.get('pid')}, {state}, gpushift {d.get('version')})")
-        sw = d.get("switch")
-        if sw:
-            lines.append(
-                f"switch:   {sw.get('from') or 'off'} -> {sw.get('to')} [{sw.get('phase')}] "
-                f"{sw.get('detail', '')} ({sw.get('elapsed_s')}s, ticket {sw.get('ticket')}, "
-                f"by {sw.get('requested_by')})"
-            )
-        if d.get("reload_error"):
-            lines.append(f"reload:   REJECTED, old config in force: {d['reload_error']}")
-        if d.get("override_ignored"):
-            lines.append(f"override: IGNORED, obeying the schedule: {d['override_ignored']}")
-        if d.get("override_not_saved"):
-            lines.append(f"override: NOT SAVED: {d['override_not_saved']}")
-    else:
-        lines.append(
-            f"daemon:   {paint('DOWN')} ({d.get('error', 'not running')}); showing what the CLI can read itself"
-        )
-    for key, label in (("mode", "mode"),):
-        if s.get(key):
-            lines.append(f"{label}:     {s[key]}")
-    active = s.get("active")
-    since = f" since {s['since']}" if s.get("since") else ""
-    if active is None and len(s.get("running") or []) > 1:
-        lines.append(f"active:   CONFLICT: {', '.join(s['running'])} all running")
-    elif active is None:
-        lines.append(f"active:   unknown: {s.get('active_reason') or 'systemd could not be asked'}")
-    else:
-        lines.append(f"active:   {active}{since}")
-    sched = s.get("schedule")
-    if isinstance(sched, dict):
-        if sched.get("wants"):
-            exc = sched.get("exception")
-            exc_text = f" (calendar exception {exc['name']} until {exc['until_local']})" if exc else ""
-            lines.append(f"schedule: wants {sched['wants']} now{exc_text}")
-        if sched.get("next"):
-            n = sched["next"]
-            lines.append(f"next:     {n.get('target')} at {n.get('at_local') or n.get('at')}")
-    if s.get("warning"):
-        lines.append(f"WARNING:  {s['warning']}")
-    lines.append("backends:")
-    for name, b in (s.get("backends") or {}).items():
-        if "error" in b:
-            lines.append(f"  {name:<10} {b.get('unit')}  ERROR: {b['error']}")
-            continue
-        pid = f"pid {b['main_pid']}" if b.get("main_pid") else ""
-        lines.append(
-            f"  {name:<10} {b.get('unit'):<28} {b.get('active_state')}/{b.get('sub_state'):<10} {pid:<10} "
-            + _health_text(b.get("health"), b.get("in_flight"), paint)
-        )
-    lines.append("GPUs (SIMULATED — no real GPU is measured):" if sim else "GPUs:")
-    for g in s.get("gpus") or []:
-        if "index" not in g:
-            lines.append(f"  {g.get('error')}")
-            continue
-        used = "unknown" if g.get("used_mib") is None else f"{_mib(g['used_mib'])}/{_mib(g['total_mib'])} MiB"
-        lines.append(
-            f"  GPU {g['index']}  {g.get('name')}  {used}  [{g.get('state')}]"
-            + (f"  {g['error']}" if g.get("error") else "")
-            + _ago(g.get("age_s"))
-        )
-        for h in g.get("holders") or []:
-            amount = f" {fmt_mib(h['used_mib'])}" if h.get("used_mib") else ""
-            unit = f", unit {h['unit']}" if h.get("unit") else ""
-            lines.append(f"      pid {h['pid']} ({h['command']}, user {h['user']}{unit}){amount}")
-        if g.get("unreadable_pids"):
-            lines.append(f"      cannot read open files of pid {', '.join(map(str, g['unreadable_pids']))}")
-    last = s.get("last_switch")
-    if last:
-        sched = s.get("schedule") or {}
-        blocked = s.get("blocked") or sched.get("blocked")
-        if blocked:
-            lines.append(f"blocked:  {blocked}")
-        deferred = s.get("deferred")
-        if deferred:
-            lines.append(f"deferred: {deferred.get('why')}")
-        lines.append(
-            f"last:     #{last.get('id')} {last.get('from') or 'off'} -> {last.get('to')} "
-            f"{paint(str(last.get('outcome')))} at {last.get('finished_at') or last.get('started_at')} "
-            f"({last.get('trigger')} by {last.get('requested_by')})"
-            + (f": {last['message']}" if last.get("message") and last.get("outcome") != "ok" else "")
-        )
-        w = last.get("warmup") or {}
-        if w.get("ok"):
-            lines.append(f"warm-up:  first token {w.get('ttft_s'):.2f}s, answered in {w.get('total_s'):.2f}s")
-    else:
-        lines.append("last:     no switch recorded yet")
-    led = s.get("ledger") or {}
-    if led.get("state") and led.get("state") != "ok":
-        lines.append(
-            f"ledger:   {led.get('state')} ({led.get('pending', 0)} pending) {led.get('error') or ''}".rstrip()
-        )
-    else:
-        lines.append("ledger:   ok")
-    if led.get("alarm"):
-        lines.append(f"ledger:   TAMPER ALARM: {led['alarm']} (run `gpushift ledger verify`)")
-    brk = led.get("chain_break")
-    if isinstance(brk, dict):
-        lines.append(
-            f"ledger:   new chain since {brk.get('at')}: {brk.get('reason')}, old file {brk.get('moved_to') or '-'}"
-        )
-    lines += _notices_text(s.get("notices") or {})
-    return "\n".join(lines)
-
-
-def _notices_text(n: dict[str, Any]) -> list[str]:
-    """The webhook's queue and what the look-ahead is armed for (status's ``notices``)."""
-    lines = []
-    w = n.get("webhook")
-    if isinstance(w, dict):
-        err = f", last error: {w['last_error']}" if w.get("last_error") else ""
-        lines.append(
-            f"webhook:  {w.get('url')}: {w.get('queued', 0)} queued, {w.get('delivered', 0)} delivered, "
-            f"{w.get('dropped', 0)} dropped{err}"
-        )
-    for name, st in (n.get("lookahead") or {}).items():
-        armed = (st or {}).get("armed")
-        if isinstance(armed, dict):
-            lines.append(
-                f"ahead:    {name} at {armed.get('fires_at')}, before the switch to {armed.get('to')} "
-                f"at {armed.get('at')}"
-            )
-    return lines
-
-
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (for scripts).")
 @click.pass_context
@@ -456,70 +295,26 @@ def switch(
       gpushift switch off --no-wait   # print the ticket and return
     """
     from gpushift.bus import lightclient
+    from gpushift.cli import switching
 
-    if hold and until:
-        raise click.UsageError("--hold and --until exclude each other (hold lasts until `gpushift resume`)")
-    options: dict[str, Any] = {"reason": reason, "now": skip_drain}
-    if restart:
-        if backend == "off":
-            raise click.UsageError("--restart relaunches a backend; `off` has nothing to restart")
-        options["restart"] = True
-    if when_idle:
-        options["when_idle"] = True
-        no_wait = True  # the keeper makes the switch later: nothing to follow now
-    if hold:
-        options["hold"] = True
-    if until:
-        options["until"] = until
+    options = switching.options(backend, reason, skip_drain, restart, when_idle, hold, until)
+    no_wait = no_wait or when_idle  # the keeper makes the switch later: nothing to follow now
     t0 = time.monotonic()
-
-    def progress(phase: str, detail: str) -> None:
-        # progress goes to stderr with --json; the phase and detail come from the daemon
-        say(
-            f"[{time.monotonic() - t0:6.1f}s] {terminal.escape(phase):<9} {terminal.escape(detail)}",
-            err=as_json,
-        )
-
     try:
         # Only the bus is read here (the config's validation is not imported: it would cost every
         # switch its time); the daemon validates the file on disk before it takes the switch, and a
         # broken one refuses it with the error naming file and key (exit 2), changing nothing.
-        result = lightclient.switch(_bus(ctx), backend, options, on_progress=progress, wait=not no_wait)
+        result = lightclient.switch(
+            _bus(ctx), backend, options, on_progress=switching.progress_printer(t0, as_json), wait=not no_wait
+        )
     except GpushiftError as e:
-        if as_json:
-            say_json(json.dumps({"ok": False, "error": e.dbus_name(), "message": redact.redact_text(str(e))}))
+        switching.say_not_taken(e, as_json)
         _fail(e)
         return
     if no_wait:
-        if result.get("ticket") == "when-idle":
-            if as_json:
-                say_json(json.dumps(result))
-            else:
-                say(f"queued: switching to {terminal.escape(backend)} once the serving backend is idle")
-        elif as_json:
-            say_json(json.dumps(result))
-        else:
-            say(f"queued: ticket {terminal.escape(result['ticket'])}")
+        switching.say_queued(backend, result, as_json)
         return
-    result = redact.redact_tree(result)
-    if as_json:
-        say_json(json.dumps(result, indent=2, default=str))
-    elapsed = time.monotonic() - t0
-    if result.get("ok"):
-        if not as_json:
-            if result.get("already"):
-                say(terminal.escape(result.get("message", "already active")))
-            else:
-                led = f"ledger #{result['ledger_id']}, " if result.get("ledger_id") else ""
-                say(f"ok: {terminal.escape(result.get('message'))} ({led}{elapsed:.1f}s)")
-        _leave(0)
-    from gpushift.errors import by_dbus_name
-
-    cls = by_dbus_name().get(result.get("error") or "", GpushiftError)
-    if not as_json:
-        shown = terminal.escape_tree(result)
-        say(f"gpushift: switch {shown.get('outcome')}: {shown.get('message')}", err=True)
-    _leave(cls.code if cls.code != 1 else 7)
+    _leave(switching.say_finished(result, t0, as_json))
 
 
 @main.command()
