@@ -1,7 +1,7 @@
 """The ``[hooks]`` and ``[notify]`` tables of the config file → frozen, validated types.
 
-Read by ``config/schema.py`` (which passes its reader: the same error format and number checks as every
-other key).  docs/config.md lists every key, docs/hooks.md what runs when.
+Read by ``config/schema.py``, which passes its reader (a :class:`~gpushift.config.keys.KeyReader`:
+the same error format and number checks as every other key).  docs/config.md lists every key, docs/hooks.md what runs when.
 
 * ``[hooks]``: ``user`` (default ``nobody``) and one entry per event (``before_stop``,
   ``after_ready``, ``on_failure``, ``before_boundary``): an argv list, or a table
@@ -18,10 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from gpushift.config import validate
-from gpushift.errors import ConfigError
+from gpushift.config.keys import KeyReader
 from gpushift.values import HookEvent
 
 #: A user name as useradd(8) takes it (or a numeric uid).
@@ -64,28 +64,7 @@ class NotifyConfig:
         return bool(self.webhook_url)
 
 
-class Reader(Protocol):
-    """What of ``config._Reader`` these tables use."""
-
-    def err(self, key: str, msg: str) -> ConfigError: ...
-
-    def table(self, data: Mapping[str, Any], key: str) -> Mapping[str, Any]: ...
-
-    def no_unknown(self, data: Mapping[str, Any], where: str, allowed: set[str]) -> None: ...
-
-    def number(
-        self,
-        d: Mapping[str, Any],
-        where: str,
-        key: str,
-        default: float,
-        minimum: float = 0.0,
-        integer: bool = False,
-        maximum: float | None = None,
-    ) -> Any: ...
-
-
-def read_hooks(r: Reader, data: Mapping[str, Any]) -> HooksConfig:
+def read_hooks(r: KeyReader, data: Mapping[str, Any]) -> HooksConfig:
     h = r.table(data, "hooks")
     r.no_unknown(h, "hooks", {"user", *(e.value for e in HookEvent)})
     user = h.get("user", HooksConfig.user)
@@ -95,7 +74,7 @@ def read_hooks(r: Reader, data: Mapping[str, Any]) -> HooksConfig:
     return HooksConfig(user=user, **hooks)
 
 
-def _hook(r: Reader, h: Mapping[str, Any], event: HookEvent) -> Hook:
+def _hook(r: KeyReader, h: Mapping[str, Any], event: HookEvent) -> Hook:
     key = f"hooks.{event.value}"
     v = h[event.value]
     if isinstance(v, list):
@@ -122,7 +101,7 @@ def _hook(r: Reader, h: Mapping[str, Any], event: HookEvent) -> Hook:
     )
 
 
-def _argv(r: Reader, key: str, v: Any) -> tuple[str, ...]:
+def _argv(r: KeyReader, key: str, v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
         raise r.err(key, f"expected a non-empty list of strings, got {v!r}")
     if not v[0].startswith("/"):
@@ -130,13 +109,11 @@ def _argv(r: Reader, key: str, v: Any) -> tuple[str, ...]:
     if any("\0" in x for x in v):
         raise r.err(key, "an argument holds a NUL character")
     for x in v:  # one plain line each, as every string of the config (gpushift.config.validate)
-        problem = validate.line_problem(x, 4096)
-        if problem is not None:
-            raise r.err(key, f"{validate.shown(x)}: {problem}")
+        r.one_line(key, x)
     return tuple(v)
 
 
-def read_notify(r: Reader, data: Mapping[str, Any]) -> NotifyConfig:
+def read_notify(r: KeyReader, data: Mapping[str, Any]) -> NotifyConfig:
     n = r.table(data, "notify")
     r.no_unknown(n, "notify", {"webhook_url", "lead_s", "timeout_s", "max_queued"})
     url = n.get("webhook_url", "")

@@ -7,7 +7,6 @@ unknown keys are errors too (a typo must not silently fall back to a default).
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -16,10 +15,10 @@ from typing import Any
 
 from gpushift.config import textfile, validate
 from gpushift.config.hooks import HooksConfig, NotifyConfig, read_hooks, read_notify
+from gpushift.config.keys import STRING_MAX, KeyReader
 from gpushift.config.textfile import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH
 from gpushift.config.textfile import ENV_CONFIG as ENV_CONFIG
 from gpushift.config.textfile import config_path as config_path
-from gpushift.errors import ConfigError
 from gpushift.values import OFF, BackendKind
 
 BACKEND_KINDS = tuple(k.value for k in BackendKind)
@@ -28,8 +27,6 @@ BACKEND_KINDS = tuple(k.value for k in BackendKind)
 MIB_MAX = 1024 * 1024  # 1 TiB
 DAY_S = 86400
 POLL_MAX_S = 60
-#: Longest path, URL or other string value.
-STRING_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -216,75 +213,7 @@ def parse(text: str, path: str = "<config>") -> Config:
     return _Reader(path, textfile.key_lines(text)).config(data)
 
 
-class _Reader:
-    def __init__(self, path: str, lines: dict[str, int] | None = None) -> None:
-        self.path = path
-        self.lines = lines or {}
-
-    def err(self, key: str, msg: str) -> ConfigError:
-        return ConfigError(f"{self.path}:{textfile.line_of(self.lines, key)}: {key}: {msg}")
-
-    def one_line(self, key: str, v: str) -> str:
-        problem = validate.line_problem(v, STRING_MAX)
-        if problem is not None:
-            raise self.err(key, f"{validate.shown(v)}: {problem}")
-        return v
-
-    def table(self, data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-        v = data.get(key.split(".")[-1], {})
-        if not isinstance(v, dict):
-            raise self.err(key, f"expected a table [{key}], got {type(v).__name__}")
-        return v
-
-    def no_unknown(self, data: Mapping[str, Any], where: str, allowed: set[str]) -> None:
-        for k in data:
-            if k not in allowed:
-                raise self.err(
-                    f"{where}.{k}" if where else k,
-                    f"unknown key (expected one of: {', '.join(sorted(allowed))})",
-                )
-
-    def string(
-        self, d: Mapping[str, Any], where: str, key: str, default: Any, choices: tuple[str, ...] = ()
-    ) -> Any:
-        if key not in d:
-            return default
-        v = d[key]
-        if not isinstance(v, str) or not v:
-            raise self.err(f"{where}.{key}", f"expected a non-empty string, got {validate.shown(v)}")
-        self.one_line(f"{where}.{key}", v)
-        if choices and v not in choices:
-            raise self.err(f"{where}.{key}", f"expected one of {', '.join(map(repr, choices))}, got {v!r}")
-        return v
-
-    def number(
-        self,
-        d: Mapping[str, Any],
-        where: str,
-        key: str,
-        default: float,
-        minimum: float = 0.0,
-        integer: bool = False,
-        maximum: float | None = None,
-    ) -> Any:
-        """A number in [minimum, maximum] (every key has a maximum: docs/config.md)."""
-        if key not in d:
-            return default
-        v = d[key]
-        ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
-        if isinstance(v, bool) or not ok_type:
-            kind = "an integer" if integer else "a number"
-            raise self.err(f"{where}.{key}", f"expected {kind}, got {validate.shown(v)}")
-        # An int is compared exactly (one of hundreds of digits has no float: no OverflowError).
-        if isinstance(v, float) and not math.isfinite(v):
-            # A NaN or infinite timeout never compares as expired: a wait would never end.
-            raise self.err(f"{where}.{key}", f"expected a finite number, got {v!r}")
-        if v < minimum:
-            raise self.err(f"{where}.{key}", f"expected a value >= {minimum:g}, got {validate.shown(v)}")
-        if maximum is not None and v > maximum:
-            raise self.err(f"{where}.{key}", f"expected a value <= {maximum:g}, got {validate.shown(v)}")
-        return v
-
+class _Reader(KeyReader):
     def uuid_counts(self, d: Mapping[str, Any], where: str, key: str) -> dict[str, int]:
         v = d.get(key, {})
         if not isinstance(v, dict) or not all(
@@ -301,23 +230,6 @@ class _Reader:
             )
         return dict(v)
 
-    def strings(self, d: Mapping[str, Any], where: str, key: str) -> tuple[str, ...]:
-        v = d.get(key, [])
-        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-            raise self.err(
-                f"{where}.{key}", f'expected a list of strings (e.g. ["GPU-1a2b…"]), got {validate.shown(v)}'
-            )
-        for x in v:
-            self.one_line(f"{where}.{key}", x)
-        return tuple(v)
-
-    def absolute_paths(self, d: Mapping[str, Any], where: str, key: str) -> tuple[str, ...]:
-        paths = self.strings(d, where, key)
-        for p in paths:
-            if not p.startswith("/"):
-                raise self.err(f"{where}.{key}", f"expected absolute paths, got {p!r}")
-        return paths
-
     def schedule_path(self, d: Mapping[str, Any]) -> str | None:
         """``schedule``: a path; ``""`` turns the schedule off; absent means the default path."""
         if "schedule" not in d:
@@ -328,19 +240,6 @@ class _Reader:
                 "daemon.schedule", f'expected a path (or "" for no schedule), got {validate.shown(v)}'
             )
         return self.one_line("daemon.schedule", v)
-
-    def url(self, d: Mapping[str, Any], where: str, key: str, required: bool = False) -> str | None:
-        if key not in d:
-            if required:
-                raise self.err(f"{where}.{key}", "missing (expected an http:// URL)")
-            return None
-        v = d[key]
-        if not isinstance(v, str):
-            raise self.err(f"{where}.{key}", f"expected an http:// or https:// URL, got {type(v).__name__}")
-        problem = validate.url_problem(v)
-        if problem is not None:  # the URL is not repeated: it may carry a password
-            raise self.err(f"{where}.{key}", problem)
-        return v
 
     def config(self, data: Mapping[str, Any]) -> Config:
         self.no_unknown(data, "", {"daemon", "gpu", "backends", "metrics", "hooks", "notify"})

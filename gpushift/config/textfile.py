@@ -1,8 +1,11 @@
-"""Reading a file gpushift is configured by (the config, the schedule) — hostile files included.
+"""Reading a file gpushift is configured by (the config, the schedule) — hostile files included —
+and the one careful opener of a regular file that every reader of a file from outside uses.
 
+* :func:`open_regular` / :func:`read_bounded`: a regular file only, never opened as anything else,
+  a bounded read (:mod:`gpushift.host.safefile` explains how, and names them for the host's
+  readers: they live here, the lowest layer that reads a file, so that the config can use them).
 * The path may not hold a NUL; the file must be a regular file (a FIFO would block the reader, a
-  directory or ``/dev/zero`` is no config): checked with ``stat`` before the open, which is
-  non-blocking, and again on the open descriptor.  At most :data:`MAX_BYTES` are read.
+  directory or ``/dev/zero`` is no config).  At most :data:`MAX_BYTES` are read.
 * A UTF-8 byte order mark is skipped; bytes that are not UTF-8 are an error naming the line and
   the byte's offset (``file:LINE: not UTF-8: byte 0xNN at offset N``).
 * :func:`parse_toml`: a TOML error reads ``file:LINE:COL: not valid TOML: ...``; nesting deep
@@ -19,7 +22,7 @@ import os
 import re
 import stat
 import sys
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpushift.config import validate
 from gpushift.errors import ConfigError
@@ -32,6 +35,8 @@ else:  # Python 3.10 (Ubuntu 22.04)
 #: Largest config or schedule file read (a real one is a few KiB).
 MAX_BYTES = 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
+#: How much :func:`read_bounded` reads by default (a model's ``config.json`` is a few KiB).
+DEFAULT_LIMIT_BYTES = 4 * 1024 * 1024
 
 
 _KINDS = (
@@ -58,6 +63,70 @@ def _kind(mode: int) -> str:
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
+class Skipped(OSError):
+    """A path that was not read, and why (``reason``): not a regular file (``mode``: what it is), or
+    too large (``mode`` None)."""
+
+    def __init__(self, path: str, reason: str, mode: int | None = None) -> None:
+        super().__init__(reason)
+        self.path = path
+        self.reason = reason
+        self.mode = mode
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def not_regular(mode: int) -> str | None:
+    """The skip reason for a mode that is not a regular file; None for a regular file."""
+    return None if stat.S_ISREG(mode) else f"not a regular file ({kind_of(mode)})"
+
+
+def _check_regular(path: str, fd: int) -> None:
+    mode = os.fstat(fd).st_mode
+    reason = not_regular(mode)
+    if reason is not None:
+        raise Skipped(path, reason, mode)
+
+
+def open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading (binary, buffered) — only when it is a regular file: resolved with
+    ``O_PATH`` (nothing opened), its type checked on that descriptor, then the same inode opened
+    through ``/proc/self/fd/N`` and checked again (:mod:`gpushift.host.safefile` says why).
+
+    Raises:
+        Skipped: it is a FIFO, a device, a socket, a directory... (never opened as such).
+        OSError: it does not exist, or may not be read (``FileNotFoundError``, ``PermissionError``).
+    """
+    where = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        _check_regular(path, where)
+        fd = os.open(f"/proc/self/fd/{where}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    finally:
+        os.close(where)
+    try:
+        _check_regular(path, fd)  # cannot fail for the same inode; checked on the open descriptor anyway
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bounded(path: str, limit: int = DEFAULT_LIMIT_BYTES) -> bytes:
+    """The whole content of regular file ``path``, when it has at most ``limit`` bytes.
+
+    Raises:
+        Skipped: not a regular file, or larger than ``limit`` (nothing beyond ``limit + 1`` bytes
+            is read, whatever the file claims its size is).
+        OSError: it does not exist or may not be read.
+    """
+    with open_regular(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise Skipped(path, f"larger than {limit} bytes: not read")
+    return data
+
+
 def read_text(path: str, what: str, missing_hint: str) -> str:
     """The text of ``path`` (``what``: "config file", "schedule file"), its BOM removed.
 
@@ -68,26 +137,15 @@ def read_text(path: str, what: str, missing_hint: str) -> str:
     if "\0" in path:
         raise ConfigError(f"{path!r}: the path of the {what} holds a NUL character")
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{path}: the {what} is {_kind(st.st_mode)}, not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise ConfigError(f"{path}: the {what} is larger than {MAX_BYTES} bytes")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-        try:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):  # replaced between the stat and the open
-                raise ConfigError(f"{path}: the {what} is {_kind(mode)}, not a regular file")
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                raw = f.read(MAX_BYTES + 1)
-        finally:
-            os.close(fd)
+        raw = read_bounded(path, MAX_BYTES)
+    except Skipped as e:
+        if e.mode is None:
+            raise ConfigError(f"{path}: the {what} is larger than {MAX_BYTES} bytes") from None
+        raise ConfigError(f"{path}: the {what} is {_kind(e.mode)}, not a regular file") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: {what} not found ({missing_hint})") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read {what}: {e.strerror or e}") from None
-    if len(raw) > MAX_BYTES:
-        raise ConfigError(f"{path}: the {what} is larger than {MAX_BYTES} bytes")
     return decode(raw, path)
 
 

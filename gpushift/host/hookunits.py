@@ -1,7 +1,7 @@
 """Hooks as transient systemd units — the :class:`gpushift.ports.HookRunner` port.
 
 A hook runs outside the daemon's hardened sandbox, where the backends run, so a hook that mounts a
-disk does it where they see it: ``StartTransientUnit`` (:meth:`SystemdUnits.run_transient`) with
+disk does it where they see it: ``StartTransientUnit`` (:func:`gpushift.host.transient.run_transient`) with
 
 * ``ExecStartEx=`` the argv exactly as configured, flagged ``no-env-expand`` (systemd would
   otherwise expand ``$VAR`` in it); no shell is involved, so nothing else is expanded either;
@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from gpushift.errors import GpushiftError
+from gpushift.host import transient
 from gpushift.host.systemd import SystemdUnits
 from gpushift.safetext import redact, terminal
 from gpushift.values import HookOutcome, HookSpec
@@ -66,8 +67,13 @@ class SystemdHookRunner:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
             if os.path.lexists(output):
                 os.unlink(output)
-            res = self.units.run_transient(
-                spec.name, self.properties(spec, output), spec.timeout_s + STOP_TIMEOUT_S + 5, cancelled, beat
+            res = transient.run_transient(
+                self.units,
+                spec.name,
+                self.properties(spec, output),
+                spec.timeout_s + STOP_TIMEOUT_S + 5,
+                cancelled,
+                beat,
             )
         except (GpushiftError, OSError) as e:
             return HookOutcome(spec.name, "error", None, self._collect(output), time.monotonic() - t0, str(e))

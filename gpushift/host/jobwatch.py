@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
+from gpushift.host.nulllog import NULL_LOG
+
 SYSTEMD = "org.freedesktop.systemd1"
 MANAGER_IFACE = "org.freedesktop.systemd1.Manager"
 
@@ -30,7 +32,7 @@ class JobWatch:
         before the call that queued the job has returned its path).
     """
 
-    def __init__(self, bus: Any, own_jobs: Callable[[], Collection[str]], log: Any = None) -> None:
+    def __init__(self, bus: Any, own_jobs: Callable[[], Collection[str]], log: Any = NULL_LOG) -> None:
         self._bus = bus
         self._own_jobs = own_jobs
         self._log = log
@@ -46,8 +48,7 @@ class JobWatch:
         try:
             self._bus.get(SYSTEMD, "/org/freedesktop/systemd1").Subscribe()
         except Exception as e:  # already subscribed on this connection: fine
-            if self._log is not None:
-                self._log.debug("jobwatch_subscribe", detail=str(e))
+            self._log.debug("jobwatch_subscribe", detail=str(e))
 
     def stop(self) -> None:
         if self._subscription is not None:

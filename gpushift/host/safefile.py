@@ -21,72 +21,17 @@ skip most real models.  Following is safe here because the decision is taken on 
 in step 2, before any open that could block or reach a driver.
 
 What this cannot bound: a read from a hung network filesystem (the kernel does not return).
+
+The code is :func:`gpushift.config.textfile.open_regular` and its neighbours: the config's reader
+(``config.read``, the schedule) opens its files the same way, and the config sits below the host in
+the layers (pyproject.toml), so the one opener lives there; this module is its name for the host's
+readers (launch info, the override store, the doctor, the pre-warmer).
 """
 
 from __future__ import annotations
 
-import os
-import stat
-from typing import BinaryIO
-
-from gpushift.config.textfile import kind_of
-
-#: How much :func:`read_bounded` reads by default (a ``config.json`` is a few KiB).
-DEFAULT_LIMIT_BYTES = 4 * 1024 * 1024
-
-
-class Skipped(OSError):
-    """A path that was not read, and why (``reason``): not a regular file, or too large."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(reason)
-        self.path = path
-        self.reason = reason
-
-    def __str__(self) -> str:
-        return self.reason
-
-
-def not_regular(mode: int) -> str | None:
-    """The skip reason for a mode that is not a regular file; None for a regular file."""
-    return None if stat.S_ISREG(mode) else f"not a regular file ({kind_of(mode)})"
-
-
-def open_regular(path: str) -> BinaryIO:
-    """``path`` opened for reading (binary, buffered) — only when it is a regular file.
-
-    Raises:
-        Skipped: it is a FIFO, a device, a socket, a directory... (never opened as such).
-        OSError: it does not exist, or may not be read (``FileNotFoundError``, ``PermissionError``).
-    """
-    where = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    try:
-        reason = not_regular(os.fstat(where).st_mode)
-        if reason is not None:
-            raise Skipped(path, reason)
-        fd = os.open(f"/proc/self/fd/{where}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    finally:
-        os.close(where)
-    try:
-        reason = not_regular(os.fstat(fd).st_mode)
-        if reason is not None:  # cannot happen for the same inode; checked on the open descriptor anyway
-            raise Skipped(path, reason)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_bounded(path: str, limit: int = DEFAULT_LIMIT_BYTES) -> bytes:
-    """The whole content of regular file ``path``, when it has at most ``limit`` bytes.
-
-    Raises:
-        Skipped: not a regular file, or larger than ``limit`` (nothing beyond ``limit + 1`` bytes
-            is read, whatever the file claims its size is).
-        OSError: it does not exist or may not be read.
-    """
-    with open_regular(path) as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise Skipped(path, f"larger than {limit} bytes: not read")
-    return data
+from gpushift.config.textfile import DEFAULT_LIMIT_BYTES as DEFAULT_LIMIT_BYTES
+from gpushift.config.textfile import Skipped as Skipped
+from gpushift.config.textfile import not_regular as not_regular
+from gpushift.config.textfile import open_regular as open_regular
+from gpushift.config.textfile import read_bounded as read_bounded

@@ -3,22 +3,8 @@
 Every read is asked of systemd at that moment (no cache): the switcher gates its decisions on it.
 (The sampler's :meth:`SystemdUnits.states` carries over only what cannot have changed unseen.)
 
-Waiting for a job.  ``StartUnit``/``StopUnit`` return a job path; the job's end is the
-``JobRemoved(id, job, unit, result)`` signal, which systemd only sends to clients that called
-``Manager.Subscribe()`` and which may arrive before the method call has returned.  So, per call:
-
-1. a private ``GLib.MainContext`` is made thread-default just long enough to subscribe to
-   ``JobRemoved``: GDBus delivers a subscription's signals to the context that was thread-default
-   when it was made, so these callbacks run ONLY when the calling thread iterates that context;
-2. ``Subscribe()`` (once per connection) and the subscription both exist before ``StartUnit``;
-3. after the call returns, the calling thread iterates its private context until the signal for
-   its job path has been seen (results are kept by job path, so an early signal is never lost).
-
-This works the same whether the caller is a plain test (no main loop anywhere), a switch worker
-thread while the daemon's GLib main loop runs in another thread (that loop never sees these
-callbacks, and this thread never needs it), or the loop thread itself.  As a safety net, and for
-connections created with ``wait="poll"``, the job object is polled: when it is gone and no signal
-came, the result is inferred from the unit's state (see :meth:`SystemdUnits._infer`).
+Waiting for a job: :mod:`gpushift.host.jobwait` (the ``JobRemoved`` signal, with polling as a
+safety net).  Transient units (the hooks): :mod:`gpushift.host.transient`.
 
 The bus comes from :func:`gpushift.host.dbus.connect`.  gi is imported lazily (gpushift must
 import without it, and ``gpushift --help`` must start fast).
@@ -29,15 +15,14 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from gpushift.errors import GpushiftError, SystemdError
 from gpushift.host.dbus_errors import split_remote
+from gpushift.host.jobwait import SIGNAL_GRACE_S, JobWaiter
 from gpushift.host.systemd_names import (
     JOB_IFACE,
-    MANAGER_IFACE,
     PROPS_IFACE,
     SERVICE_IFACE,
     SYSTEMD_BUS_NAME,
@@ -49,11 +34,8 @@ from gpushift.values import JobResult, UnitState
 #: How long a single D-Bus call may take (pydbus's proxies wait forever by default).
 DEFAULT_CALL_TIMEOUT_S = 25.0
 
-#: After the job object is gone, how long to keep waiting for its JobRemoved before inferring.
-_SIGNAL_GRACE_S = 1.0
 
-
-def _is_glib_error(e: BaseException) -> bool:
+def is_glib_error(e: BaseException) -> bool:
     from gi.repository import GLib
 
     return isinstance(e, GLib.Error)
@@ -66,57 +48,6 @@ _SERVICE_KEYS = frozenset({
     "TimeoutStopUSec", "ExecMainStartTimestamp", "ExecMainCode", "ExecMainStatus", "NRestarts",
 })  # fmt: skip
 _EXIT_KEYS = frozenset({"InactiveExitTimestampMonotonic"})
-_TRANSIENT_KEYS = frozenset({"Result", "ExecMainCode", "ExecMainStatus"})  # fmt: skip
-
-
-class _JobWaiter:
-    """JobRemoved signals delivered to a private main context that only the calling thread iterates."""
-
-    def __init__(self, con: Any) -> None:
-        from gi.repository import Gio, GLib
-
-        self._con = con
-        self._ctx = GLib.MainContext.new()
-        self.results: dict[str, tuple[str, str]] = {}  # job path -> (unit, result)
-        self._ctx.push_thread_default()
-        try:
-            self._sub = con.signal_subscribe(
-                SYSTEMD_BUS_NAME,
-                MANAGER_IFACE,
-                "JobRemoved",
-                SYSTEMD_PATH,
-                None,
-                Gio.DBusSignalFlags.NONE,
-                self._on_job_removed,
-            )
-        finally:
-            self._ctx.pop_thread_default()
-        # A ticking source bounds each blocking iteration, so a wait can notice its deadline.
-        self._tick = GLib.timeout_source_new(50)
-        self._tick.set_callback(lambda *_: True)
-        self._tick.attach(self._ctx)
-
-    def _on_job_removed(
-        self, _con: Any, _sender: str, _path: str, _iface: str, _member: str, params: Any
-    ) -> None:
-        _job_id, job, unit, result = params.unpack()
-        self.results[str(job)] = (str(unit), str(result))
-
-    def wait(self, job: str, seconds: float) -> str | None:
-        """Iterate the private context up to ``seconds``; the job's result, or None if not seen yet."""
-        deadline = time.monotonic() + max(0.0, seconds)
-        while job not in self.results:
-            self._ctx.iteration(True)  # returns at the latest on the next 50 ms tick
-            if time.monotonic() >= deadline:
-                break
-        found = self.results.get(job)
-        return found[1] if found else None
-
-    def close(self) -> None:
-        self._con.signal_unsubscribe(self._sub)
-        self._tick.destroy()
-        while self._ctx.pending():  # drop callbacks queued before the unsubscribe
-            self._ctx.iteration(False)
 
 
 class SystemdUnits:
@@ -162,7 +93,7 @@ class SystemdUnits:
                         SYSTEMD_BUS_NAME, SYSTEMD_PATH, timeout=self._call_timeout_s
                     )
                 except Exception as e:
-                    if _is_glib_error(e):
+                    if is_glib_error(e):
                         raise self._error("connect to systemd", None, e) from e
                     raise
             return self._manager
@@ -179,7 +110,7 @@ class SystemdUnits:
         try:
             return fn(*args, timeout=timeout_s if timeout_s is not None else self._call_timeout_s)
         except Exception as e:
-            if _is_glib_error(e):
+            if is_glib_error(e):
                 raise self._error(what, unit, e) from e
             raise
 
@@ -250,7 +181,7 @@ class SystemdUnits:
         try:
             mgr.Subscribe(timeout=self._call_timeout_s)
         except Exception as e:
-            if not _is_glib_error(e):
+            if not is_glib_error(e):
                 raise
             if split_remote(e)[0] != "org.freedesktop.systemd1.AlreadySubscribed":
                 raise self._error("subscribe to", "job signals", e) from e
@@ -325,7 +256,7 @@ class SystemdUnits:
         try:
             self._bus.get(SYSTEMD_BUS_NAME, path)[UNIT_IFACE].Ref(timeout=self._call_timeout_s)
         except Exception as e:
-            if not _is_glib_error(e):
+            if not is_glib_error(e):
                 raise
             raise self._error("reference", unit, e) from e
 
@@ -359,7 +290,7 @@ class SystemdUnits:
         try:
             mgr.ResetFailedUnit(unit, timeout=self._call_timeout_s)
         except Exception as e:
-            if not _is_glib_error(e):
+            if not is_glib_error(e):
                 raise
             if split_remote(e)[0] != "org.freedesktop.systemd1.NoSuchUnit":
                 raise self._error("reset-failed", unit, e) from e
@@ -376,7 +307,7 @@ class SystemdUnits:
         try:
             rows = mgr.GetUnitProcesses(unit, timeout=self._call_timeout_s)
         except Exception as e:
-            if not _is_glib_error(e):
+            if not is_glib_error(e):
                 raise
             if split_remote(e)[0] == "org.freedesktop.systemd1.NoSuchUnit":
                 return []
@@ -389,10 +320,10 @@ class SystemdUnits:
         deadline = time.monotonic() + timeout_s
         mgr = self._mgr()
         before = self._inactive_exit(unit) if verb == "start" else 0
-        waiter: _JobWaiter | None = None
+        waiter: JobWaiter | None = None
         if self._wait == "signal":
             self._ensure_subscribed()
-            waiter = _JobWaiter(self._con)  # BEFORE the call: the signal may beat its reply
+            waiter = JobWaiter(self._con)  # BEFORE the call: the signal may beat its reply
         try:
             call_timeout = min(self._call_timeout_s, max(1.0, deadline - time.monotonic()))
             job = str(self._call(verb, unit, getattr(mgr, method), unit, "replace", timeout_s=call_timeout))
@@ -410,7 +341,7 @@ class SystemdUnits:
                     gone_since = now
                 # The job object disappears as the signal is sent; give the signal a moment to
                 # arrive before falling back to what the unit's state says.
-                if gone_since is not None and (waiter is None or now - gone_since >= _SIGNAL_GRACE_S):
+                if gone_since is not None and (waiter is None or now - gone_since >= SIGNAL_GRACE_S):
                     return JobResult(unit=unit, job=job, result=self._infer(verb, unit, before))
                 if now >= deadline:
                     raise SystemdError(
@@ -465,120 +396,3 @@ class SystemdUnits:
         except SystemdError as e:
             return f"state unknown: {e}"
         return f"{st.active_state}/{st.sub_state}"
-
-    # ------------------------------------------------------------------ transient units (hooks)
-
-    def run_transient(
-        self,
-        name: str,
-        properties: Sequence[tuple[str, str, Any]],
-        timeout_s: float,
-        cancelled: Callable[[], bool],
-        beat: Callable[[], None],
-    ) -> TransientResult:
-        """Start the transient unit ``name`` (``StartTransientUnit``, mode ``fail``) and wait for its
-        start job to end: for ``Type=oneshot`` that is when its process has exited.
-
-        ``properties``: (name, D-Bus signature, value), e.g. ``("User", "s", "nobody")``.  The unit
-        also gets ``AddRef=yes`` (systemd keeps it loaded, with its ``Result`` and exit status, until
-        this connection releases it) and ``CollectMode=inactive-or-failed`` (then it is garbage
-        collected, failed or not: no ``reset-failed`` is needed).  When ``cancelled()`` says yes, or
-        ``timeout_s`` passes, the unit is stopped (its control group killed).  ``beat`` is called
-        about twice a second.  The unit is released once its result has been read.
-
-        Raises:
-            SystemdError: systemd refused the unit, or it did not end after being stopped.
-        """
-        from gi.repository import GLib
-
-        props = [(k, GLib.Variant(sig, v)) for k, sig, v in properties]
-        props += [
-            ("AddRef", GLib.Variant("b", True)),
-            ("CollectMode", GLib.Variant("s", "inactive-or-failed")),
-        ]
-        self._ensure_subscribed()
-        waiter = _JobWaiter(self._con)
-        stopped_because: str | None = None
-        try:
-            try:
-                reply = self._con.call_sync(
-                    SYSTEMD_BUS_NAME,
-                    SYSTEMD_PATH,
-                    MANAGER_IFACE,
-                    "StartTransientUnit",
-                    GLib.Variant("(ssa(sv)a(sa(sv)))", (name, "fail", props, [])),
-                    GLib.VariantType.new("(o)"),
-                    0,
-                    int(self._call_timeout_s * 1000),
-                    None,
-                )
-            except GLib.Error as e:
-                raise self._error("start the transient unit", name, e) from e
-            job = str(reply.unpack()[0])
-            self.own_jobs.append(job)
-            deadline = time.monotonic() + timeout_s
-            stop_deadline: float | None = None
-            while True:
-                beat()
-                if waiter.wait(job, 0.5) is not None:
-                    break
-                now = time.monotonic()
-                if stopped_because is None and (cancelled() or now >= deadline):
-                    stopped_because = "cancelled" if cancelled() else "timeout"
-                    self._call("stop", name, self._mgr().StopUnit, name, "replace")
-                    stop_deadline = now + _TRANSIENT_STOP_S
-                if not self._job_exists(job, name):
-                    waiter.wait(job, _SIGNAL_GRACE_S)
-                    break
-                if stop_deadline is not None and now >= stop_deadline:
-                    raise SystemdError(f"systemd: {name} did not stop within {_TRANSIENT_STOP_S:g} s")
-            return self._transient_result(name, stopped_because, waiter.results.get(job, ("", ""))[1], beat)
-        finally:
-            waiter.close()
-
-    def _transient_result(
-        self, name: str, stopped_because: str | None, job_result: str, beat: Callable[[], None]
-    ) -> TransientResult:
-        """Wait until the unit is inactive or failed, read how it ended, release it."""
-        mgr = self._mgr()
-        path = self._call("look up", name, mgr.GetUnit, name)
-        deadline = time.monotonic() + _TRANSIENT_STOP_S
-        while True:
-            beat()
-            unit = self._get_all(path, UNIT_IFACE, name, frozenset({"ActiveState"}))
-            if str(unit.get("ActiveState")) in ("inactive", "failed") or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
-        svc = self._get_all(path, SERVICE_IFACE, name, _TRANSIENT_KEYS)
-        try:
-            self._bus.get(SYSTEMD_BUS_NAME, path)[UNIT_IFACE].Unref(timeout=self._call_timeout_s)
-        except Exception as e:
-            if not _is_glib_error(e):
-                raise
-            # Released already (or collected): nothing is left behind either way.
-        return TransientResult(
-            unit=name,
-            result=str(svc.get("Result", "")),
-            job_result=job_result,
-            exit_code=int(svc.get("ExecMainCode", 0)),
-            exit_status=int(svc.get("ExecMainStatus", 0)),
-            stopped_because=stopped_because,
-        )
-
-
-#: How long a transient unit that was asked to stop may take (its TimeoutStopSec= is shorter).
-_TRANSIENT_STOP_S = 30.0
-
-
-@dataclass(frozen=True)
-class TransientResult:
-    """How a transient unit ended: systemd's ``Result`` (``success``, ``exit-code``, ``signal``,
-    ``timeout``, ...), its start job's result, ``ExecMainCode`` (1 exited, 2 killed, 3 dumped) and
-    ``ExecMainStatus`` (the exit status or the signal), and whether gpushift stopped it and why."""
-
-    unit: str
-    result: str
-    job_result: str
-    exit_code: int
-    exit_status: int
-    stopped_because: str | None = None

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from gpushift.host.nulllog import NULL_LOG
 from gpushift.keeper import Coming
 
 
@@ -62,11 +63,11 @@ class LookAhead:
     """Args:
     coming: the keeper's ``coming_switch``.
     now: the wall clock (aware UTC), the one the keeper and the timer use.
-    log: structlog logger (or None).
+    log: structlog logger (default: none, :data:`~gpushift.host.nulllog.NULL_LOG`).
     """
 
     def __init__(
-        self, coming: Callable[[], Coming | None], now: Callable[[], datetime], log: Any = None
+        self, coming: Callable[[], Coming | None], now: Callable[[], datetime], log: Any = NULL_LOG
     ) -> None:
         self.coming = coming
         self.now = now
@@ -198,16 +199,13 @@ class LookAhead:
             self._error(f"lookahead_{what}_failed", consumer=name, to=c.target, error=repr(e))
 
     def _info(self, event: str, **kw: Any) -> None:
-        if self.log is not None:
-            self.log.info(event, **kw)
+        self.log.info(event, **kw)
 
     def _debug(self, event: str, **kw: Any) -> None:
-        if self.log is not None:
-            self.log.debug(event, **kw)
+        self.log.debug(event, **kw)
 
     def _error(self, event: str, **kw: Any) -> None:
-        if self.log is not None:
-            self.log.error(event, **kw)
+        self.log.error(event, **kw)
 
 
 class SchedulerTimer:

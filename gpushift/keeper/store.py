@@ -25,6 +25,8 @@ from typing import Any
 
 from gpushift.config import validate
 from gpushift.host import safefile
+from gpushift.host.files import write_atomic
+from gpushift.host.nulllog import NULL_LOG
 from gpushift.keeper import Override
 
 #: Largest override.json read (what save writes is a few hundred bytes).
@@ -40,7 +42,7 @@ class JsonOverrideStore:
     def __init__(
         self,
         path: str | os.PathLike[str],
-        log: Any = None,
+        log: Any = NULL_LOG,
         backends: Collection[str] | None = None,
         fallback: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -93,10 +95,7 @@ class JsonOverrideStore:
         """A damaged file must not keep the daemon from starting (nor crash it later): obey the
         schedule, and say so."""
         self.ignored = why[:300]
-        if self.log is not None:
-            self.log.error(
-                "override_ignored", path=str(path), error=self.ignored, detail="obeying the schedule"
-            )
+        self.log.error("override_ignored", path=str(path), error=self.ignored, detail="obeying the schedule")
         return None
 
     def save(self, override: Override | None) -> None:
@@ -125,8 +124,7 @@ class JsonOverrideStore:
                     else "it holds in memory only, until the daemon restarts"
                 )
                 self.error = f"cannot save {self.path}: {e.strerror}; {detail}"
-                if self.log is not None:
-                    self.log.error("override_not_saved", path=str(self.path), error=e.strerror, detail=detail)
+                self.log.error("override_not_saved", path=str(self.path), error=e.strerror, detail=detail)
             self._unsaved = (override,)
             return False
         was_unsaved = self._unsaved is not None
@@ -134,7 +132,7 @@ class JsonOverrideStore:
         if self.fallback is not None:
             with contextlib.suppress(OSError):
                 self.fallback.unlink()
-        if was_unsaved and not first and self.log is not None:
+        if was_unsaved and not first:
             self.log.info(
                 "override_saved", path=str(self.path), detail="the state directory can be written again"
             )
@@ -147,23 +145,11 @@ class JsonOverrideStore:
         try:
             _write(self.fallback, override)
         except OSError as e:
-            if self.log is not None:
-                self.log.error("override_fallback_not_saved", path=str(self.fallback), error=e.strerror)
+            self.log.error("override_fallback_not_saved", path=str(self.fallback), error=e.strerror)
             return None
         return str(self.fallback)
 
 
 def _write(path: Path, override: Override | None) -> None:
-    """Atomically: a temporary file beside ``path``, fsynced, renamed over it."""
-    tmp = path.with_suffix(".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(override.to_dict() if override else {}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    """Atomically and durably: a temporary file beside ``path``, fsynced, renamed over it."""
+    write_atomic(str(path), json.dumps(override.to_dict() if override else {}).encode())

@@ -16,9 +16,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +25,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.exposition import start_http_server
 
 from gpushift.config.schema import MetricsConfig
+from gpushift.host.files import write_atomic
 from gpushift.metrics.collector import Sources, StateCollector, SwitchMetrics
 from gpushift.ports import GpuProbe
 
@@ -195,14 +193,4 @@ class MetricsService:
 def write_atomically(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data``: a temporary file in the same directory (not ``*.prom``, so
     node_exporter skips it), readable by all (node_exporter runs as its own user), then renamed."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpushift-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, data, durable=False, mode=0o644, make_dir=False)

@@ -26,6 +26,7 @@ from typing import Any
 
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError
+from gpushift.host.nulllog import NULL_LOG
 from gpushift.ports import BackendProbe, Clock, GpuProbe, Ports, UnitControl
 from gpushift.sampler.sample import BackendSample, Figure, Sample
 from gpushift.values import GpuReading, UnitState
@@ -71,7 +72,9 @@ class Sampler:
         log: a structlog-like logger; a figure's error is logged when it changes.
     """
 
-    def __init__(self, config: Config, ports: Ports, period_s: float | None = None, log: Any = None) -> None:
+    def __init__(
+        self, config: Config, ports: Ports, period_s: float | None = None, log: Any = NULL_LOG
+    ) -> None:
         self._config = config
         self._units: UnitControl = ports.units
         self._gpu: GpuProbe = ports.gpu
@@ -292,8 +295,7 @@ class Sampler:
         """Log a figure's error once, not at every cycle."""
         if self._errors.get(key) != error:
             self._errors[key] = error
-            if self._log is not None:
-                self._log.warning("sample_failed", figure=key, error=error)
+            self._log.warning("sample_failed", figure=key, error=error)
 
     # ------------------------------------------------------------------ publishing
 

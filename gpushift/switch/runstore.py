@@ -4,13 +4,14 @@ The switcher writes its run before a stop, before a start, after ready and when 
 it removes the file when the run's ledger row is complete.  A daemon that starts and finds the
 file died in the middle of a switch: it converges from what the file says (docs/reliability.md).
 
-Each write is atomic (temporary file, rename), so the file is the old run or the new one, never
-half of either.  It is not fsynced: what it guards against is the daemon's own death (a crash, an
-OOM kill, a restart), after which the kernel's page cache still holds the write; a host that loses
-power loses its backends too, and the daemon converges from the schedule at boot (a damaged file
-is ignored).  The fsyncs cost about 50 ms of every switch on a virtual disk (bench/switch_overhead.py).  When the state directory cannot be
-written (full or read-only disk), the run goes to the runtime directory (``/run``, another
-filesystem) instead; loading reads both and takes the newer.
+Each write is atomic (temporary file, rename: :func:`gpushift.host.files.write_atomic`), so the
+file is the old run or the new one, never half of either.  It is not fsynced: what it guards against
+is the daemon's own death (a crash, an OOM kill, a restart), after which the kernel's page cache
+still holds the write; a host that loses power loses its backends too, and the daemon converges from
+the schedule at boot (a damaged file is ignored).  The fsyncs cost about 50 ms of every switch on a
+virtual disk (bench/switch_overhead.py).  When the state directory cannot be written (full or
+read-only disk), the run goes to the runtime directory (``/run``, another filesystem) instead;
+loading reads both and takes the newer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import contextlib
 import json
 import os
 from typing import Any
+
+from gpushift.host.files import write_atomic as write_atomic  # notify/webhook.py imports it from here
 
 FILE_NAME = "run.json"
 
@@ -61,29 +64,3 @@ class JsonRunStore:
         for path in self.paths:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-
-
-def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
-    """tmp + fsync + rename + fsync(dir), the directory made if missing (mode 0750); without
-    ``durable``, no fsync (atomic against a process's death, not against a power loss)."""
-    d = os.path.dirname(path) or "."
-    os.makedirs(d, mode=0o750, exist_ok=True)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if not durable:
-        return
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from gpushift.config import textfile
+from gpushift.errors import ConfigError
 from gpushift.host import safefile
 
 
@@ -98,3 +101,19 @@ def test_safefile_opened_descriptor_is_nonblocking_and_not_inherited(tmp_path: P
 def test_safefile_skipped_is_an_oserror_so_existing_handlers_catch_it(fifo: Path) -> None:
     with pytest.raises(OSError):
         safefile.open_regular(str(fifo))
+
+
+def test_safefile_is_the_opener_the_config_reads_its_files_with(fifo: Path, tmp_path: Path) -> None:
+    """One opener (gpushift/config/textfile.py, below the host in the layers): what the config says
+    about a FIFO or a large file comes from the same skip, which carries the file's mode."""
+    assert safefile.open_regular is textfile.open_regular and safefile.read_bounded is textfile.read_bounded
+    with pytest.raises(safefile.Skipped) as e:
+        safefile.read_bounded(str(fifo))
+    assert e.value.mode is not None and stat.S_ISFIFO(e.value.mode)
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 11)
+    with pytest.raises(safefile.Skipped) as e:
+        safefile.read_bounded(str(big), 10)
+    assert e.value.mode is None
+    with pytest.raises(ConfigError, match="the config file is a FIFO, not a regular file"):
+        textfile.read_text(str(fifo), "config file", "")
