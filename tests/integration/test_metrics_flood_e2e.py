@@ -196,7 +196,9 @@ def test_metrics_flood_from_nobody_leaves_the_daemon_running_under_its_descripto
         """The daemon is the same process, under its bound; returns its descriptors now."""
         nonlocal most
         now_pid = env.main_pid("gpushift.service")
-        assert now_pid == pid, f"the daemon was restarted (PID {pid} -> {now_pid})\n{env.daemon_log()[-3000:]}"
+        assert now_pid == pid, (
+            f"the daemon was restarted (PID {pid} -> {now_pid})\n{env.daemon_log()[-3000:]}"
+        )
         n = open_fds(pid)
         most = max(most, n)
         assert n < bound, f"the daemon holds {n} descriptors, the bound is {bound}"
