@@ -2,9 +2,12 @@
 
 :class:`MetricsService` is started and stopped by the daemon.  It owns:
 
-- the HTTP listener (``[metrics] listen``): prometheus-client's WSGI server on a thread of its own
-  (a thread per scrape), serving a registry of the state gauges, the switch metrics and the
-  process's own figures (``process_*``: memory, CPU, open files);
+- the HTTP listener (``[metrics] listen``): a bounded listener of its own
+  (:class:`~gpushift.metrics.listener.Listener`: one thread, ``metrics-http``, at most
+  :data:`~gpushift.metrics.listener.MAX_CONNECTIONS` connections, deadlines for a request's head
+  and body and for the response, never a thread per connection) that serves prometheus-client's
+  WSGI application over a registry of the state gauges, the switch metrics and the process's own
+  figures (``process_*``: memory, CPU, open files);
 - one background thread, ``metrics``, that reads the GPUs' UUIDs once (the GPU provider may be
   slow; a scrape never waits for it), binds the listener again every :data:`RETRY_S` while its
   address cannot be bound (switching goes on meanwhile), and writes the textfile
@@ -21,12 +24,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-from prometheus_client.exposition import start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest, make_wsgi_app
 
 from gpushift.config.schema import MetricsConfig
 from gpushift.host.files import write_atomic
 from gpushift.metrics.collector import Sources, StateCollector, SwitchMetrics
+from gpushift.metrics.listener import Listener
 from gpushift.ports import GpuProbe
 
 #: Seconds between attempts to bind the listener, and to read the GPUs' UUIDs, after a failure.
@@ -64,8 +67,7 @@ class MetricsService:
         self.registry = self._registry(volatile=True)
         self.textfile_registry = self._registry(volatile=False)
         ProcessCollector(registry=self.registry)
-        self._server: Any = None
-        self._server_thread: threading.Thread | None = None
+        self._server: Listener | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -111,11 +113,9 @@ class MetricsService:
         self._wake.set()
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
-        for t in (self._server_thread, self._thread):
-            if t is not None:
-                t.join(timeout_s)
+            server.close(timeout_s)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
 
     def render(self) -> bytes:
         """The exposition ``/metrics`` serves now."""
@@ -149,12 +149,12 @@ class MetricsService:
         assert address is not None
         host, port = address
         try:
-            server, thread = start_http_server(port, host, registry=self.registry)
+            server = Listener(host, port, make_wsgi_app(self.registry), lambda e: self._note("http", e))
         except OSError as e:
             self._note("listen", f"cannot listen on {self.settings.listen}: {e.strerror or e}")
             return
-        thread.name = "metrics-http"
-        self._server, self._server_thread = server, thread
+        server.start()
+        self._server = server
         self._errors.pop("listen", None)
         if self._log is not None:
             self._log.info("metrics_listening", listen=self.settings.listen, path="/metrics")
