@@ -24,7 +24,7 @@ SCRIPTS = [
     "status.py",
     "footprint.py",
     "gate_latency.py",
-    "prewarm/plan.py",
+    "prewarm.py",
 ]
 
 

@@ -342,7 +342,7 @@ def write_witness(path: str, devices: Sequence[str]) -> None:
         os.close(fd)
 
 
-def leave_orphan(path: str, pid_file: str | None, timeout_s: float = 10.0) -> int | None:
+def leave_orphan(path: str, pid_file: str | None, timeout_s: float = 25.0) -> int | None:
     """Start a holder of ``path`` in a transient scope (outside this unit's cgroup) and wait until it holds.
 
     Returns:
@@ -363,9 +363,17 @@ def leave_orphan(path: str, pid_file: str | None, timeout_s: float = 10.0) -> in
         "hold",
         path,
     ]
-    # systemd-run --scope moves itself into the new scope, then execs the holder: same pid.
+    # systemd-run --scope moves itself into the new scope, then execs the holder: same pid.  Until it
+    # has moved it is still in this unit's cgroup, where systemd's SIGTERM to every process of the
+    # unit reaches it too ("systemd-run exited with -15"): it ignores SIGTERM until the holder, which
+    # installs its own handler, runs.
     child = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=sys.stdout, stderr=sys.stdout, start_new_session=True
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=sys.stdout,
+        stderr=sys.stdout,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN),
     )
     mine = _own_cgroup()
     deadline = time.monotonic() + timeout_s
