@@ -184,7 +184,7 @@ class Schedule:
             e = self._index.winner(group, u)
             out.append(Fire(e, u, e.target))
             t = u
-            head = next(fires, None)
+            head = next(fires, None) if len(out) < n else None  # the heap moves on only if asked
         return out
 
     def next_boundary(self, after: datetime) -> Fire | None:
