@@ -27,8 +27,6 @@ from gpushift.schedule.span import Span
 
 __all__ = ["UTC", "Fire", "Schedule", "wall_to_utc"]
 
-_NEVER = datetime.min.replace(tzinfo=UTC)  # an answer held "until" this holds for no instant
-
 
 @dataclass(frozen=True)
 class Fire:
@@ -213,32 +211,35 @@ class Schedule:
 
     def _change_after(self, t: datetime) -> tuple[Fire | None, datetime | None]:
         """next_change(t), and until when that answer holds: for every instant from ``t`` to that
-        fire nothing else changes (``None``: for ever; :data:`_NEVER`: for no other instant, when a
-        search was given up, or when an exception is in effect with no entry having fired before
-        it: at its end nothing is in effect, which is no fire)."""
+        fire nothing else changes (``None``: for ever).  A search given up (``index.change_after``)
+        holds until the last instant it looked at; an exception in effect with no entry having fired
+        before it, for no other instant (at its end nothing is in effect, which is no fire)."""
         current = self.in_effect(t)
         target = current.target if current else None
-        exact = current is None or self._index.latest(t) is not None
+        horizon: datetime | None = None if current is None or self._index.latest(t) is not None else t
+
+        def held(fire: Fire | None) -> tuple[Fire | None, datetime | None]:
+            ends = [x for x in (horizon, fire.at if fire else None) if x is not None]
+            return fire, min(ends) if ends else None
+
         while True:
             span = self.span_at(t)
             if span is not None:
                 t = span.end
                 fire = self.in_effect(t)
                 if fire is not None and fire.target != target:
-                    return fire, fire.at if exact else _NEVER
+                    return held(fire)
                 continue
             coming = self._next_start(t)
-            found, ended = self._index.change_after(t, target, coming.start if coming else None)
-            exact = exact and ended
+            found, reach = self._index.change_after(t, target, coming.start if coming else None)
+            if reach is not None:
+                horizon = reach if horizon is None else min(horizon, reach)
             if found is not None:
-                e, at = found
-                return Fire(e, at, e.target), at if exact else _NEVER
+                return held(Fire(found[0], found[1], found[0].target))
             if coming is None:
-                return None, None if exact else _NEVER
+                return held(None)
             if coming.target != target:
-                return Fire(
-                    coming.entry, coming.start, coming.target, coming
-                ), coming.start if exact else _NEVER
+                return held(Fire(coming.entry, coming.start, coming.target, coming))
             t = coming.start
 
     # ---------------------------------------------------------------- the weekly entries alone

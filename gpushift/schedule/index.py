@@ -120,9 +120,10 @@ class EntryIndex:
 
     def change_after(
         self, after: datetime, target: str | None, before: datetime | None
-    ) -> tuple[tuple[Entry, datetime] | None, bool]:
+    ) -> tuple[tuple[Entry, datetime] | None, datetime | None]:
         """(The first instant in ``(after, before)`` at which the entry that wins names another target
-        than ``target`` and that entry, or ``None``; whether the search ended for good).
+        than ``target`` and that entry, or ``None``; ``None`` when the search ended for good, else
+        the last instant it looked at).
 
         Only the instants at which an entry naming another target fires are visited; at each, an
         entry naming ``target`` on a later line (or a later written time) may win again.  ``None``
@@ -133,26 +134,28 @@ class EntryIndex:
         heap = [(u, i) for u, i in self.heads(after) if self.live[i].target != target]
         heapify(heap)
         work = len(self.live)  # the heads, from what is kept
+        reach = after
         for _ in range(CHANGE_SEARCH_FIRES):
             if not heap:
-                return None, True
+                return None, None
             if work > CHANGE_SEARCH_WORK:
-                return None, False
+                return None, reach
             u = heap[0][0]
             if before is not None and u >= before:
-                return None, True
+                return None, None
             group = []
             while heap and heap[0][0] == u:
                 group.append(heappop(heap)[1])
             won, checked = self._won_by(u, group, mine, target)
             if won is not None:
-                return (won, u), True
+                return (won, u), None
             work += checked + len(group) * NEXT_FIRE_WORK
+            reach = u
             for i in group:
                 v = next_fire(self.live[i], self.tz, u)
                 if v is not None:
                     heappush(heap, (v, i))
-        return None, False
+        return None, reach
 
     def _won_by(
         self, u: datetime, group: list[int], mine: list[int], target: str | None
