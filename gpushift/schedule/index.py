@@ -30,7 +30,7 @@ from gpushift.schedule.fires import after_gap, next_fire, prev_fire, wall_of
 #: ``change_after`` gives up after this many instants at which an entry naming another target fires
 #: without winning (it only happens when every such entry is shadowed by a later line at the same
 #: instant), or after this much work: one entry looked at is 1, one calendar search NEXT_FIRE_WORK
-#: (about 30 ms for the largest schedule accepted, docs/schedule.md "How big a schedule may be").
+#: (tens of milliseconds for the largest schedule accepted, docs/schedule.md "How big a schedule may be").
 CHANGE_SEARCH_FIRES = 2000
 CHANGE_SEARCH_WORK = 30_000
 NEXT_FIRE_WORK = 10

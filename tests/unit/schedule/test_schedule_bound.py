@@ -201,3 +201,14 @@ def test_exceptions_alone_change_nothing_once_ended() -> None:
     assert s.next_change(datetime(2026, 1, 16, tzinfo=UTC)) is None
     later = s.next_change(datetime(2027, 3, 1, tzinfo=UTC))
     assert later is not None and later.at == datetime(2028, 1, 20, tzinfo=UTC)
+
+
+def test_the_docs_state_the_bound_and_its_message() -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "schedule.md").read_text(encoding="utf-8")
+    assert (
+        "## How big a schedule may be" in doc
+        and f"at most **{MAX_ENTRIES} entries and calendar exceptions" in doc
+    )
+    lines = ["# a comment", "TZ=UTC", *entries(MAX_ENTRIES), "0 9 * * * day"]
+    msg = refused("\n".join(lines) + "\n")
+    assert msg in doc, msg
