@@ -10,13 +10,16 @@ sees plain aware datetimes: :meth:`Schedule.in_effect`, :meth:`Schedule.next`,
 The package, one job a module:
 
 * ``parse`` -- the file's text → :class:`Schedule` (:func:`parse_schedule`, :func:`load_schedule`):
-  lines, fields, @-forms, the ``TZ=`` line, errors naming file, line and field.
+  lines, fields, @-forms, the ``TZ=`` line, the bound on entries, errors naming file, line and field.
 * ``parse_span`` -- one ``except`` line → :class:`Span` (FROM, UNTIL, backend, NAME; no overlap).
 * ``entry`` -- :class:`Entry`, one parsed line, and which calendar days and minutes it matches.
 * ``span`` -- :class:`Span`, one calendar exception: its instants, its NAME, the Entry it shows as.
 * ``evaluate`` -- :class:`Schedule` and :class:`Fire`: in effect, next, next boundary, next change,
-  with the calendar exceptions laid over the entries; the one DST rule mapping a wall-clock time to
-  an instant; the calendar search.
+  with the calendar exceptions laid over the entries.
+* ``index`` -- the entries that can win, each one's fires around the instant last asked, and the
+  heap of their next fires: what keeps those questions cheap at the bound (1000 entries).
+* ``fires`` -- one entry's previous and next fire: the one DST rule mapping a wall-clock time to an
+  instant; the calendar search.
 * ``zones`` -- zone names and the host's zone (:func:`host_timezone`).
 
 Why the fire times are computed here, per field, instead of through APScheduler's ``CronTrigger``

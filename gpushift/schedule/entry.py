@@ -25,6 +25,27 @@ class Entry:
     weekdays: frozenset[int] = field(repr=False, default=frozenset())
     dom_restricted: bool = field(repr=False, default=False)
     dow_restricted: bool = field(repr=False, default=False)
+    # ``days`` and ``months`` in order, for the calendar search (``fires.py``).
+    day_list: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    month_list: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "day_list", tuple(sorted(self.days)))
+        object.__setattr__(self, "month_list", tuple(sorted(self.months)))
+
+    @property
+    def spec(self) -> tuple[object, ...]:
+        """Everything that decides when the entry fires: two entries with the same spec fire at the
+        same wall-clock times."""
+        return (
+            self.minutes,
+            self.hours,
+            self.days,
+            self.months,
+            self.weekdays,
+            self.dom_restricted,
+            self.dow_restricted,
+        )
 
     def day_matches(self, d: date) -> bool:
         """Whether the entry fires on calendar day ``d`` (at its hours and minutes)."""

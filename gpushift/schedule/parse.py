@@ -13,8 +13,7 @@ from gpushift.config import textfile, validate
 from gpushift.errors import ConfigError
 from gpushift.schedule.entry import Entry
 from gpushift.schedule.evaluate import Schedule
-from gpushift.schedule.parse_span import is_except_line, parse_span
-from gpushift.schedule.span import Span
+from gpushift.schedule.parse_span import SpanSet, is_except_line, parse_span
 from gpushift.schedule.zones import ZONE_KEY, host_timezone
 from gpushift.values import OFF
 
@@ -96,7 +95,7 @@ def parse_schedule(
     tz_line: int | None = None
     first_line: int | None = None  # of the first entry or exception: TZ= must come before it
     entries: list[Entry] = []
-    spans: list[Span] = []
+    spans = SpanSet()
     # Lines end at a newline only (str.splitlines would also end one at a form feed or U+2028 and
     # shift every line number after it); a CR before the newline is an editor's, not the line's.
     for lineno, raw in enumerate(text.split("\n"), start=1):
@@ -127,6 +126,8 @@ def parse_schedule(
             continue
         if first_line is None:
             first_line = lineno
+        if len(entries) + len(spans.spans) >= MAX_ENTRIES:
+            raise err("entries", _too_many())
         if tz is None:  # no TZ= above: the default zone (a TZ= below is an error)
             tz = default_tz if default_tz is not None else host_timezone()
         if is_except_line(line):
@@ -134,7 +135,7 @@ def parse_schedule(
             def check(target: str, err: _ErrFactory = err) -> None:
                 _check_target(target, backends, err)
 
-            spans.append(parse_span(line, lineno, tz, check, err, spans))
+            spans.add(parse_span(line, lineno, tz, check, err, spans))
             continue
         entries.append(_parse_entry(line, lineno, backends, err))
     if tz is None:
@@ -144,7 +145,7 @@ def parse_schedule(
         tz=tz,
         entries=tuple(entries),
         tz_line=tz_line,
-        spans=tuple(sorted(spans, key=lambda s: s.start)),
+        spans=tuple(sorted(spans.spans, key=lambda s: s.start)),
     )
 
 
@@ -165,6 +166,18 @@ def load_schedule(
 
 #: Longest line of a schedule outside comments.
 LINE_MAX = 1000
+
+#: Most entries and calendar exceptions (together) a schedule may hold (docs/schedule.md "How big a
+#: schedule may be"): every line of a week's hours is 168, every day of a year as an exception 366.
+MAX_ENTRIES = 1000
+
+
+def _too_many() -> str:
+    return (
+        f"more than {MAX_ENTRIES} entries and calendar exceptions: a schedule holds at most "
+        f"{MAX_ENTRIES} (this line would be number {MAX_ENTRIES + 1}; one entry can name many times "
+        "with lists, ranges and steps, e.g. 0 8,20 * * 1-5)"
+    )
 
 
 def _zone(value: str, err: _ErrFactory) -> ZoneInfo:

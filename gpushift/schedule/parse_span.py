@@ -11,7 +11,8 @@ exception: ``.. 2027-01-04 08:00`` hands back to the weekly entries at 08:00.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -31,6 +32,26 @@ _DATE_EXPECTED = "expected YYYY-MM-DD, optionally followed by HH:MM, e.g. 2026-1
 _ErrFactory = Callable[[str, str], ConfigError]
 
 
+class SpanSet:
+    """The exceptions read so far: in file order (``spans``), and by start, for a check of a new one
+    against all of them in O(log n) (they never overlap, so their ends are in order too)."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self._by_start: list[Span] = []
+
+    def add(self, span: Span) -> None:
+        self.spans.append(span)
+        insort(self._by_start, span, key=lambda s: s.start)
+
+    def first_overlap(self, span: Span) -> Span | None:
+        """The earliest line's exception that overlaps ``span``, if any."""
+        i = bisect_left(self._by_start, span.end, key=lambda s: s.start)  # those starting before its end
+        if i == 0 or self._by_start[i - 1].end <= span.start:  # the latest of them ends before it starts
+            return None
+        return next(o for o in self.spans if span.start < o.end and o.start < span.end)
+
+
 def is_except_line(line: str) -> bool:
     """Whether a (stripped, non-comment) schedule line is a calendar exception."""
     return line.split(maxsplit=1)[0].lower() == KEYWORD
@@ -42,7 +63,7 @@ def parse_span(
     tz: ZoneInfo,
     check_target: Callable[[str], None],
     err: _ErrFactory,
-    earlier: Sequence[Span],
+    earlier: SpanSet,
 ) -> Span:
     """One ``except`` line → a :class:`Span`.
 
@@ -52,7 +73,8 @@ def parse_span(
         tz: the schedule's zone.
         check_target: raises the error for a backend name that is not valid (as for entries).
         err: the line's error factory (field, what was expected → ConfigError naming file:line).
-        earlier: the exceptions of the lines above; the new one must overlap none of them.
+        earlier: the exceptions of the lines above; the new one must overlap none of them (it is
+            not added).
 
     Raises:
         ConfigError: naming the field (from, until, backend, name, except) and what was expected.
@@ -101,13 +123,13 @@ def parse_span(
             f"change to summer time, both meaning {start:%Y-%m-%d %H:%M} UTC",
         )
     span = Span(lineno, written, target, name, start_wall, end_wall, start, end)
-    for other in earlier:
-        if span.start < other.end and other.start < span.end:
-            raise err(
-                KEYWORD,
-                f"{written} overlaps line {other.line} ({other.written}): calendar exceptions must not "
-                "overlap (one may end where the next begins)",
-            )
+    other = earlier.first_overlap(span)
+    if other is not None:
+        raise err(
+            KEYWORD,
+            f"{written} overlaps line {other.line} ({other.written}): calendar exceptions must not "
+            "overlap (one may end where the next begins)",
+        )
     return span
 
 

@@ -3,7 +3,7 @@
 While a span is in force (``start <= t < end``) its backend is in effect, whatever the weekly entries
 say; at ``end`` the weekly entries decide again.  ``start``/``end`` are the instants (UTC) the
 wall-clock times ``start_wall``/``end_wall`` stand for in the schedule's zone, under the same DST
-rule as every entry (``evaluate._to_utc``).
+rule as every entry (``fires.to_utc``).
 """
 
 from __future__ import annotations
