@@ -33,7 +33,7 @@ from gpushift.config.types import (
 )
 from gpushift.values import OFF
 
-#: The kinds a config may name (``kind = "..."``), in the table's order.
+#: The kinds a config may name (``kind = "..."``), in the table's order (the reader asks the table).
 BACKEND_KINDS = tuple(KINDS)
 
 
@@ -226,7 +226,7 @@ class _Reader(KeyReader):
             raise self.err(f"{where}.unit", f"{validate.shown(unit)}: {problem}")
         version_command = self.version_command(d, where)
         gpus = self.gpu_list(d, where)
-        kind = KINDS[self.string(d, where, "kind", DEFAULT_KIND, BACKEND_KINDS)]
+        kind = KINDS[self.string(d, where, "kind", DEFAULT_KIND, tuple(KINDS))]
         health_url = self.url(d, where, "health_url", required=True) or ""
         # A kind brings the endpoints its server always has, where the config names none.
         origin = _origin(health_url)
