@@ -96,7 +96,7 @@ class OverrideSource(StrEnum):
 
 
 class BackendKind(StrEnum):
-    """What a backend's server is: the kind brings its endpoints, drain probe and doctor rules."""
+    """The built-in kinds' names; the kinds themselves are the rows of gpushift.backends.kinds.KINDS."""
 
     GENERIC = "generic"
     VLLM = "vllm"

@@ -10,23 +10,17 @@ trickles its answer cannot hold the switch, the sampler or the drain longer than
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
-from gpushift.backends import httpget
+from gpushift.backends import gauges, httpget
+from gpushift.backends.kinds import DEFAULT, any_in_flight, kind_of
 from gpushift.backends.version import run_version_command
 from gpushift.values import Health, VersionInfo, WarmupRequest, WarmupResult
 
-# Prometheus sample lines that count requests still being served or queued.
-_INFLIGHT_METRICS = (
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "llamacpp:requests_processing",
-    "llamacpp:requests_deferred",
-)
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEInfa]+)")
-
+#: A Prometheus page's in-flight requests, of whichever kind; llama-server's ``/slots``.
+parse_inflight = any_in_flight
+parse_slots = gauges.processing_slots
 
 #: vLLM's /metrics took up to 2 s to answer while generating (measured): allow 5 in all.
 IN_FLIGHT_TIMEOUT_S = 5.0
@@ -38,32 +32,6 @@ def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
     """(status, body) within ``timeout_s`` in all; raises OSError or ValueError (httpget.get)."""
     r = httpget.get(url, timeout_s, BODY_LIMIT_BYTES)
     return r.status, r.body
-
-
-def parse_inflight(metrics_text: str, names: Sequence[str] = _INFLIGHT_METRICS) -> int | None:
-    """Sum of the in-flight gauges found in a Prometheus text page; None when none is present."""
-    total = 0.0
-    seen = False
-    for line in metrics_text.splitlines():
-        m = _SAMPLE.match(line)
-        if m and m.group(1) in names:
-            try:
-                total += float(m.group(3))
-                seen = True
-            except ValueError:
-                continue
-    return int(total) if seen else None
-
-
-def parse_slots(text: str) -> int | None:
-    """llama-server's ``/slots``: how many slots are processing a request."""
-    try:
-        slots = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(slots, list):
-        return None
-    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
 
 
 class HttpBackendProbe:
@@ -104,7 +72,8 @@ class HttpBackendProbe:
         return run(request)
 
     def in_flight(self, backend: Any) -> int | None:
-        """Requests running or waiting (vLLM and llama-server gauges); None when unknown."""
+        """Requests running or waiting, as the backend's kind reads its metrics page (a ``generic``
+        one's as any kind's); None when unknown."""
         url = getattr(backend, "metrics_url", None)
         if not url:
             return None
@@ -114,7 +83,5 @@ class HttpBackendProbe:
             return None
         if status != 200:
             return None
-        text = body.decode("utf-8", "replace")
-        if text.lstrip().startswith("["):  # llama-server's /slots
-            return parse_slots(text)
-        return parse_inflight(text)
+        read = kind_of(getattr(backend, "kind", DEFAULT)).in_flight or any_in_flight
+        return read(body.decode("utf-8", "replace"))

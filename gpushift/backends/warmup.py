@@ -2,17 +2,17 @@
 
 A server can answer ``/health`` 200 while its first request fails or hangs, so after readiness a
 switch sends one small inference request and is ``ok`` only when it is answered.  The kinds'
-defaults ask for a few tokens, streamed, so the time to the first token can be told apart from the
-whole answer:
+defaults (each kind's module says its own: ``warmup``, ``warmup_body``) ask for a few tokens,
+streamed, so the time to the first token can be told apart from the whole answer:
 
 * vLLM: ``POST /v1/completions`` ``{"model": <the served model, from /v1/models>, "prompt": ...,
   "max_tokens": 4, "stream": true}`` (vLLM's OpenAI-compatible server);
 * llama-server: ``POST /completion`` ``{"prompt": ..., "n_predict": 4, "stream": true}``.
 
 A backend started with an API key gets it from where the backend itself reads it: ``--api-key``
-on its command line, else the environment variable its server reads (vLLM ``VLLM_API_KEY``,
-llama-server ``LLAMA_API_KEY``), sent as ``Authorization: Bearer``.  The key lives in the request's
-headers only: it is never logged or recorded.
+on its command line, else the environment variable its server reads (the kind's ``api_key_env``:
+vLLM ``VLLM_API_KEY``, llama-server ``LLAMA_API_KEY``), sent as ``Authorization: Bearer``.  The
+key lives in the request's headers only: it is never logged or recorded.
 
 Pure: everything comes in as values (the backend's config, its argv, its unit's environment).
 """
@@ -20,17 +20,25 @@ Pure: everything comes in as values (the backend's config, its argv, its unit's 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from gpushift.backends import cmdline
-from gpushift.config.schema import BackendConfig
-from gpushift.values import BackendKind, WarmupRequest
+from gpushift.backends.kind import WarmupConfig
+from gpushift.backends.kinds import kind_of
+from gpushift.values import WarmupRequest
 
-PROMPT = "Hello"
-TOKENS = 4
 
-#: The environment variable each kind's server reads its API key from.
-API_KEY_ENV = {BackendKind.VLLM: "VLLM_API_KEY", BackendKind.LLAMA_SERVER: "LLAMA_API_KEY"}
+class WarmedBackend(Protocol):
+    """What the warm-up reads of a backend's config (:class:`gpushift.config.schema.BackendConfig`)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def health_url(self) -> str: ...
+
+    @property
+    def warmup(self) -> WarmupConfig | None: ...
 
 
 def _origin(url: str) -> str:
@@ -38,29 +46,31 @@ def _origin(url: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
-def api_key(kind: BackendKind, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+def api_key(kind: str, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
     """The key the backend requires, as it reads it itself (the command line wins)."""
     key = cmdline.parse(argv, kind).value(("--api-key",))
     if key:
         return key
-    var = API_KEY_ENV.get(kind)
+    var = kind_of(kind).api_key_env
     return env.get(var) or None if var else None
 
 
-def default_body(kind: BackendKind) -> dict[str, Any]:
-    if kind is BackendKind.VLLM:
-        return {"prompt": PROMPT, "max_tokens": TOKENS, "stream": True, "temperature": 0}
-    return {"prompt": PROMPT, "n_predict": TOKENS, "stream": True}
+def default_body(kind: str) -> dict[str, Any] | None:
+    """The body of the kind's warm-up request (None: it has none, the config gives one)."""
+    body = kind_of(kind).warmup_body
+    return dict(body) if body is not None else None
 
 
-def request_for(b: BackendConfig, argv: Sequence[str], env: Mapping[str, str]) -> WarmupRequest | None:
+def request_for(b: WarmedBackend, argv: Sequence[str], env: Mapping[str, str]) -> WarmupRequest | None:
     """The warm-up request for backend ``b`` (None: it has none), its argv as it runs."""
     w = b.warmup
     if w is None:
         return None
     origin = _origin(b.health_url)
     body = dict(w.body) if w.body is not None else default_body(b.kind)
-    needs_model = w.body is None and b.kind is BackendKind.VLLM
+    if body is None:  # a kind without a default body: the config refuses a warm-up without one
+        return None
+    needs_model = w.body is None and kind_of(b.kind).warmup_needs_model
     headers = {"Content-Type": "application/json"}
     key = api_key(b.kind, argv, env)
     if key:

@@ -16,19 +16,21 @@ The package, one job a module:
   prints them: keep them stable), and the facts the rules read.
 * ``common`` -- the rules for every backend: environment, GPU facts, model paths, ECC, pinned
   version, ports, the unit's stop settings.
-* ``vllm``, ``llama`` -- the rules of one backend kind each.
-* ``kinds`` -- the table ``KINDS`` that maps a config ``kind`` to its module's rules (default
-  port, launch rules, model paths, stop rules).  A kind missing from it (``generic``) gets only the
+* ``kinds`` -- the table ``KINDS`` that maps a config ``kind`` to its rules (default port, launch
+  rules, model paths, stop rules), read from the one table of kinds
+  (:data:`gpushift.backends.kinds.KINDS`).  A kind without rules (``generic``) gets only the
   common rules.
 * ``gpus`` -- which GPUs a backend runs on.
 * ``identity`` -- GPUs that changed since the last launch, and index selection that CUDA and NVML
   would read as different cards.
 
-To give a new backend kind its rules: write ``gpushift/doctor/<kind>.py`` with a
-``launch_rules(launch)`` and a ``model_paths(args)`` (and ``stop_rules`` if its server drains
-for a time of its own: see ``vllm.py``), add one row for it to ``KINDS`` in ``kinds.py``, and add
-the kind to ``gpushift.config.schema.BACKEND_KINDS`` so a config may name it.  Command lines are read
-with :mod:`gpushift.backends.cmdline`.
+A kind's own rules live in its module, ``gpushift/backends/<kind>.py`` (``vllm.py``, ``llama.py``),
+beside everything else gpushift knows about it: a ``launch_rules(launch)`` on a
+:class:`Launch` (plain values: the expanded command line, the environment, the GPU facts, the GPUs
+it is given), a ``model_paths(args)``, and ``stop_rules`` if its server drains for a time of its
+own (see ``vllm.py``), gathered in the ``doctor`` field of its :class:`gpushift.backends.kind.Kind`.
+They speak the vocabulary of :mod:`gpushift.backends.rules` (:class:`Finding`, the codes).
+Command lines are read with :mod:`gpushift.backends.cmdline`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from gpushift.backends import cmdline
+from gpushift.backends.vllm import BF16_MIN_CC, FP8_MIN_CC
 from gpushift.config.schema import BackendConfig
 from gpushift.doctor import common, identity
 from gpushift.doctor.common import USEC_INFINITY, backend_port, version_matches
@@ -72,7 +75,6 @@ from gpushift.doctor.findings import (
 )
 from gpushift.doctor.gpus import backend_gpus
 from gpushift.doctor.kinds import KINDS, KindRules
-from gpushift.doctor.vllm import BF16_MIN_CC, FP8_MIN_CC
 from gpushift.values import Holder, HostGpuFacts, UnitState
 
 __all__ = [
@@ -172,7 +174,7 @@ def check_backend(
     out.extend(common.gpu_facts_rules(name, facts))
     out.extend(identity.identity_rules(name, backend, env, facts, known_gpus, accepted_gpu_uuids))
     if kind is not None:
-        out.extend(kind.launch(Launch(backend, args, env, facts, gpus, checkpoint)))
+        out.extend(kind.launch(Launch(name, args, env, facts, gpus, backend.gpus, checkpoint)))
         if path_exists is not None and not common.in_container(args):
             out.extend(common.model_path_rules(name, kind.model_paths(args), unit, path_exists))
     out.extend(common.ecc_rules(name, gpus, previous_ecc_corrected, accepted_ecc_uncorrected))

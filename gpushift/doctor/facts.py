@@ -15,6 +15,7 @@ from typing import Any
 
 from gpushift import doctor
 from gpushift.backends import cmdline
+from gpushift.backends.kinds import kind_of
 from gpushift.backends.version import run_version_command
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError
@@ -90,10 +91,9 @@ class TcpListeners(Mapping[int, Holder]):
 
 
 def _checkpoint(backend_kind: str, argv: Sequence[str], env: dict[str, str]) -> doctor.CheckpointFacts | None:
-    """For vLLM: the model directory's config.json (dtype, quantization), when it is local."""
-    if backend_kind != "vllm":
-        return None
-    model = cmdline.vllm_model(cmdline.expand(argv, env))
+    """The model directory's config.json (dtype, quantization), for a kind that names one
+    (vLLM: its model) when it is local."""
+    model = kind_of(backend_kind).checkpoint_dir(cmdline.expand(argv, env))
     if not model or not os.path.isdir(model):
         return None
     try:

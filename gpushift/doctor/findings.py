@@ -1,6 +1,8 @@
 """The doctor's vocabulary: severities, the stable finding codes, :class:`Finding`, and the facts
 the rules read (:class:`BackendInput`, :class:`CheckpointFacts`, :class:`Launch`).
 
+All but :class:`BackendInput` live in :mod:`gpushift.backends.rules`, below the config, where a
+kind's module states its rules in them; they are named here too, the doctor's one vocabulary.
 ``Finding.code`` values are part of ``gpushift check --json``: keep them stable.
 """
 
@@ -8,96 +10,93 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from gpushift.backends.rules import (
+    BF16_EMULATED as BF16_EMULATED,
+)
+from gpushift.backends.rules import (
+    ECC_CORRECTABLE_GROWING as ECC_CORRECTABLE_GROWING,
+)
+from gpushift.backends.rules import (
+    ECC_UNCORRECTABLE as ECC_UNCORRECTABLE,
+)
+from gpushift.backends.rules import (
+    ENV_UNDEFINED as ENV_UNDEFINED,
+)
+from gpushift.backends.rules import (
+    ERROR as ERROR,
+)
+from gpushift.backends.rules import (
+    FP8_UNSUPPORTED as FP8_UNSUPPORTED,
+)
+from gpushift.backends.rules import (
+    GPU_FACTS_UNAVAILABLE as GPU_FACTS_UNAVAILABLE,
+)
+from gpushift.backends.rules import (
+    GPU_IDENTITY_CHANGED as GPU_IDENTITY_CHANGED,
+)
+from gpushift.backends.rules import (
+    GPU_ORDER_AMBIGUOUS as GPU_ORDER_AMBIGUOUS,
+)
+from gpushift.backends.rules import (
+    GPUS_MISMATCH as GPUS_MISMATCH,
+)
+from gpushift.backends.rules import (
+    HEALTH_URL_PORT as HEALTH_URL_PORT,
+)
+from gpushift.backends.rules import (
+    MODEL_PATH_MISSING as MODEL_PATH_MISSING,
+)
+from gpushift.backends.rules import (
+    PORT_DUPLICATE as PORT_DUPLICATE,
+)
+from gpushift.backends.rules import (
+    PORT_TAKEN as PORT_TAKEN,
+)
+from gpushift.backends.rules import (
+    SPLIT_MODE_NONE as SPLIT_MODE_NONE,
+)
+from gpushift.backends.rules import (
+    TENSOR_PARALLEL_TOO_LARGE as TENSOR_PARALLEL_TOO_LARGE,
+)
+from gpushift.backends.rules import (
+    UNIT_KILL_MODE as UNIT_KILL_MODE,
+)
+from gpushift.backends.rules import (
+    UNIT_NO_CONFLICTS as UNIT_NO_CONFLICTS,
+)
+from gpushift.backends.rules import (
+    UNIT_NO_SIGKILL as UNIT_NO_SIGKILL,
+)
+from gpushift.backends.rules import (
+    UNIT_NOT_LOADED as UNIT_NOT_LOADED,
+)
+from gpushift.backends.rules import (
+    UNIT_TIMEOUT_STOP_INFINITE as UNIT_TIMEOUT_STOP_INFINITE,
+)
+from gpushift.backends.rules import (
+    UNIT_TIMEOUT_STOP_SHORT as UNIT_TIMEOUT_STOP_SHORT,
+)
+from gpushift.backends.rules import (
+    VERSION_NOT_PINNED as VERSION_NOT_PINNED,
+)
+from gpushift.backends.rules import (
+    WARNING as WARNING,
+)
+from gpushift.backends.rules import (
+    CheckpointFacts as CheckpointFacts,
+)
+from gpushift.backends.rules import (
+    Finding as Finding,
+)
+from gpushift.backends.rules import (
+    Launch as Launch,
+)
+from gpushift.backends.rules import (
+    checkpoint_facts_from_config as checkpoint_facts_from_config,
+)
 from gpushift.config.schema import BackendConfig
-from gpushift.values import GpuInfo, HostGpuFacts, UnitState
-
-ERROR = "error"
-WARNING = "warning"
-
-# Finding codes (stable: scripts read them from `gpushift check --json`).
-FP8_UNSUPPORTED = "fp8-unsupported"
-BF16_EMULATED = "bf16-emulated"
-TENSOR_PARALLEL_TOO_LARGE = "tensor-parallel-too-large"
-SPLIT_MODE_NONE = "split-mode-none"
-MODEL_PATH_MISSING = "model-path-missing"
-ECC_UNCORRECTABLE = "ecc-uncorrectable"
-ECC_CORRECTABLE_GROWING = "ecc-correctable-growing"
-VERSION_NOT_PINNED = "version-not-pinned"
-PORT_DUPLICATE = "port-duplicate"
-PORT_TAKEN = "port-taken"
-HEALTH_URL_PORT = "health-url-port"
-ENV_UNDEFINED = "env-undefined"
-GPU_FACTS_UNAVAILABLE = "gpu-facts-unavailable"
-UNIT_NOT_LOADED = "unit-not-loaded"
-UNIT_KILL_MODE = "unit-kill-mode"
-UNIT_NO_SIGKILL = "unit-no-sigkill"
-UNIT_TIMEOUT_STOP_INFINITE = "unit-timeout-stop-infinite"
-UNIT_TIMEOUT_STOP_SHORT = "unit-timeout-stop-short"
-UNIT_NO_CONFLICTS = "unit-no-conflicts"
-GPU_IDENTITY_CHANGED = "gpu-identity-changed"
-GPU_ORDER_AMBIGUOUS = "gpu-order-ambiguous"
-GPUS_MISMATCH = "gpus-mismatch"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the doctor found about one backend.
-
-    Attributes:
-        severity: ``"error"`` (refuse to switch) or ``"warning"`` (switch, log, record).
-        code: a stable identifier such as ``"fp8-unsupported"``.
-        backend: the backend's name from the config.
-        message: what is wrong, for a person, one or two sentences.
-        hint: what to do about it.
-    """
-
-    severity: str
-    code: str
-    backend: str
-    message: str
-    hint: str = ""
-
-    @property
-    def is_error(self) -> bool:
-        return self.severity == ERROR
-
-    def to_dict(self) -> dict[str, str]:
-        """The stable JSON shape of ``gpushift check --json``."""
-        return {
-            "severity": self.severity,
-            "code": self.code,
-            "backend": self.backend,
-            "message": self.message,
-            "hint": self.hint,
-        }
-
-
-@dataclass(frozen=True)
-class CheckpointFacts:
-    """What a model's ``config.json`` says, when the caller could read it (local checkpoints)."""
-
-    torch_dtype: str | None = None  # "bfloat16", "float16", ...
-    quant_method: str | None = None  # quantization_config.quant_method: "fp8", "awq", ...
-
-
-def checkpoint_facts_from_config(config: Mapping[str, Any]) -> CheckpointFacts:
-    """Read the fields the rules need from a Hugging Face ``config.json`` already parsed.
-
-    Args:
-        config: the parsed JSON object.
-
-    Returns:
-        The checkpoint's dtype and quantization method, each ``None`` when absent.
-    """
-    dtype = config.get("torch_dtype", config.get("dtype"))
-    qc = config.get("quantization_config")
-    quant = qc.get("quant_method") if isinstance(qc, Mapping) else None
-    return CheckpointFacts(
-        torch_dtype=str(dtype).lower() if isinstance(dtype, str) else None,
-        quant_method=str(quant).lower() if isinstance(quant, str) else None,
-    )
+from gpushift.values import UnitState
 
 
 @dataclass(frozen=True)
@@ -110,28 +109,3 @@ class BackendInput:
     env: Mapping[str, str] | None = None  # None: the unit's Environment=
     version: str | None = None
     checkpoint: CheckpointFacts | None = None
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One backend's launch as a kind's rules see it.
-
-    Attributes:
-        backend: the backend's config.
-        args: its command line with the unit's ``${VAR}`` expanded.
-        env: the unit's ``Environment=``.
-        facts: the host's GPU facts (``facts.error`` set: they could not be read).
-        gpus: the GPUs the backend runs on (:func:`gpushift.doctor.gpus.backend_gpus`).
-        checkpoint: the model's ``config.json`` facts, if the caller could read them.
-    """
-
-    backend: BackendConfig
-    args: Sequence[str]
-    env: Mapping[str, str]
-    facts: HostGpuFacts
-    gpus: tuple[GpuInfo, ...]
-    checkpoint: CheckpointFacts | None = None
-
-    @property
-    def name(self) -> str:
-        return self.backend.name

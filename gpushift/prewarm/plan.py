@@ -3,10 +3,10 @@
 The largest part of a real switch is the next backend reading its model from disk (on the H200
 host a 16 GiB file read and copied to the GPU took 8.1 s from disk, 3.1 s from the page cache).
 Read into the page cache before the boundary, that time is spent while the old backend still
-serves.  Which files: the kind's model options (llama-server ``-m``/``--model``, vLLM ``--model``
-or ``vllm serve MODEL``: a directory, or a Hugging Face id resolved to its snapshot in the cache),
-with the unit's ``Environment=`` expanded the way systemd does (``-m ${MODEL}``), or the
-backend's ``prewarm_paths``.  Never more than what the host can spare: ``MemAvailable`` minus a
+serves.  Which files: the kind's model options (its module's ``prewarm_paths``: llama-server
+``-m``/``--model``, vLLM ``--model`` or ``vllm serve MODEL``: a directory, or a Hugging Face id
+resolved to its snapshot in the cache), with the unit's ``Environment=`` expanded the way systemd
+does (``-m ${MODEL}``), or the backend's ``prewarm_paths``.  Never more than what the host can spare: ``MemAvailable`` minus a
 margin; files are taken whole, largest last, until the budget is spent.
 
 Pure: the caller lists directories and stats files (:class:`FileInfo`), this module decides.
@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpushift.backends import cmdline
+from gpushift.backends.kinds import kind_of
 from gpushift.config.schema import BackendConfig
-from gpushift.values import BackendKind
 
 #: Kept free of pre-warmed pages: what the host needs besides (the backends' own RAM, the OS).
 MARGIN_BYTES = 2 * 1024**3
@@ -45,34 +45,12 @@ class Plan:
         return sum(f.size for f in self.files)
 
 
-def hf_cache_dir(model_id: str, env: Mapping[str, str]) -> str:
-    """Where the Hugging Face hub keeps ``org/name``: ``$HF_HUB_CACHE``, ``$HF_HOME/hub``, or
-    ``~/.cache/huggingface/hub``, then ``models--org--name/snapshots``."""
-    if env.get("HF_HUB_CACHE"):
-        base = env["HF_HUB_CACHE"]
-    elif env.get("HF_HOME"):
-        base = env["HF_HOME"].rstrip("/") + "/hub"
-    else:
-        base = env.get("HOME", "/root").rstrip("/") + "/.cache/huggingface/hub"
-    return f"{base}/models--{model_id.replace('/', '--')}/snapshots"
-
-
 def model_paths(b: BackendConfig, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """The paths to pre-warm for backend ``b`` launched as ``argv`` (expanded) with ``env``:
     ``prewarm_paths`` when configured, else the kind's model files or directories."""
     if b.prewarm_paths:
         return list(b.prewarm_paths)
-    args = cmdline.expand(argv, env)
-    if b.kind is BackendKind.VLLM:
-        model = cmdline.vllm_model(args)
-        if not model:
-            return []
-        if model.startswith(("/", "./", "../", "~")):
-            return [model]
-        return [hf_cache_dir(model, env)]  # a Hugging Face id: its snapshot in the cache
-    if b.kind is BackendKind.LLAMA_SERVER:
-        return [v for v in cmdline.parse(args, b.kind).values(cmdline.MODEL_FILE_FLAGS) if v]
-    return [v for _flag, v in cmdline.model_files(args, b.kind)]
+    return kind_of(b.kind).prewarm_paths(cmdline.expand(argv, env), env)
 
 
 def plan(files: Sequence[FileInfo], mem_available: int, margin: int = MARGIN_BYTES) -> Plan:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpushift.config import hooks, schema, textfile
+from gpushift.config import hooks, reader, textfile
 from gpushift.config.keys import KeyReader
 from gpushift.errors import ConfigError
 
@@ -21,7 +21,7 @@ def test_key_reader_errors_name_the_file_and_the_line_of_the_key() -> None:
 
 
 def test_the_config_reader_is_a_key_reader_and_reads_the_hooks_tables() -> None:
-    assert issubclass(schema._Reader, KeyReader)
+    assert issubclass(reader._Reader, KeyReader)
     with pytest.raises(
         ConfigError, match=r"^c.toml:6: hooks.before_stop.timeout_s: expected a value >= 1, got 0$"
     ):

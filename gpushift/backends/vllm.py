@@ -1,6 +1,13 @@
-"""The doctor's rules for ``kind = "vllm"``: FP8 and BF16 against the GPUs' compute capability,
-tensor x pipeline parallelism against the GPU count, the model paths, and ``TimeoutStopSec=``
-against ``--shutdown-timeout``.
+"""The ``vllm`` kind: vLLM's OpenAI-compatible server (``vllm serve MODEL``,
+``python -m vllm.entrypoints.openai.api_server --model MODEL``).
+
+What gpushift knows about it: ``/version`` and ``/metrics`` on the health URL's host (the drain
+waits on the gauges ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``), the warm-up
+``POST /v1/completions`` naming the served model (from ``/v1/models``), the API key in
+``VLLM_API_KEY``, the model to pre-warm (a directory, or a Hugging Face id's snapshot in the hub
+cache), and the doctor's rules: FP8 and BF16 against the GPUs' compute capability, tensor x
+pipeline parallelism against the GPU count, the model paths, and ``TimeoutStopSec=`` against
+``--shutdown-timeout``.
 
 From the field reports of a 2xV100 host: vLLM refusing FP8 on sm_70 ("FP8 is not supported on this
 GPU (sm_70). Please use a GPU with compute capability 8.9"), BF16 emulated on Volta.
@@ -9,10 +16,12 @@ GPU (sm_70). Please use a GPU with compute capability 8.9"), BF16 emulated on Vo
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 
-from gpushift.backends import cmdline
-from gpushift.doctor.findings import (
+from gpushift.backends import cmdline, gauges
+from gpushift.backends.kind import WARMUP_PROMPT, WARMUP_TOKENS, Kind, WarmupConfig
+from gpushift.backends.rules import (
     BF16_EMULATED,
     ERROR,
     FP8_UNSUPPORTED,
@@ -21,18 +30,24 @@ from gpushift.doctor.findings import (
     WARNING,
     CheckpointFacts,
     Finding,
+    KindRules,
     Launch,
+    cc_text,
+    names,
+    oldest,
 )
-from gpushift.doctor.gpus import cc_text, gpu_count, names, oldest
 from gpushift.values import GpuInfo
 
-KIND = "vllm"
+NAME = "vllm"
 DEFAULT_PORT = 8000
 
 #: FP8 GEMM kernels need Ada (sm_89) or Hopper (sm_90) and newer.
 FP8_MIN_CC = (8, 9)
 #: Native BF16 arrived with Ampere (sm_80); below it BF16 is emulated.
 BF16_MIN_CC = (8, 0)
+
+#: The Prometheus gauges of /metrics that count requests still being served or queued.
+IN_FLIGHT_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 _TOKENIZER = ("--tokenizer",)
 _QUANT = ("--quantization", "-q")
@@ -44,7 +59,7 @@ _SHUTDOWN = ("--shutdown-timeout",)
 
 def launch_rules(launch: Launch) -> list[Finding]:
     """FP8, BF16 and parallelism against the GPUs the backend runs on."""
-    cl = cmdline.parse(launch.args, KIND)
+    cl = cmdline.parse(launch.args, NAME)
     oldest_gpu = oldest(launch.gpus) if launch.facts.error is None else None
     out: list[Finding] = []
     if oldest_gpu is not None and oldest_gpu.compute_capability is not None:
@@ -121,7 +136,7 @@ def _parallel_rule(launch: Launch, tp_s: str | None, pp_s: str | None) -> list[F
         return []
     tp = int(tp_s) if tp_s and tp_s.isdigit() else 1
     pp = int(pp_s) if pp_s and pp_s.isdigit() else 1
-    have = gpu_count(launch.backend, launch.env, launch.facts)
+    have = launch.gpu_count
     if tp * pp <= have:
         return []
     asked = f"--tensor-parallel-size {tp}" + (f" x --pipeline-parallel-size {pp}" if pp > 1 else "")
@@ -138,21 +153,17 @@ def _parallel_rule(launch: Launch, tp_s: str | None, pp_s: str | None) -> list[F
     ]
 
 
-def _looks_like_path(value: str) -> bool:
+def model_paths(args: Sequence[str]) -> list[str]:
+    """The model and tokenizer the doctor checks, where they are filesystem paths (not Hugging Face ids)."""
     # vLLM also takes Hugging Face ids ("Qwen/Qwen2.5-7B-Instruct"): only names that are plainly
     # filesystem paths are checked.
-    return value.startswith(("/", "./", "../", "~"))
-
-
-def model_paths(args: Sequence[str]) -> list[str]:
-    """The model and tokenizer, where they are filesystem paths (not Hugging Face ids)."""
-    candidates = [cmdline.vllm_model(args), cmdline.parse(args, KIND).value(_TOKENIZER)]
-    return [c for c in candidates if c and _looks_like_path(c)]
+    candidates = [cmdline.vllm_model(args), cmdline.parse(args, NAME).value(_TOKENIZER)]
+    return [c for c in candidates if c and _looks_local(c)]
 
 
 def stop_rules(name: str, args: Sequence[str], timeout_stop_usec: int) -> list[Finding]:
     """A finite ``TimeoutStopSec=`` must leave vLLM its ``--shutdown-timeout`` to drain."""
-    drain = cmdline.parse(args, KIND).value(_SHUTDOWN)
+    drain = cmdline.parse(args, NAME).value(_SHUTDOWN)
     if not (drain and drain.isdigit() and timeout_stop_usec <= int(drain) * 1_000_000):
         return []
     return [
@@ -165,3 +176,47 @@ def stop_rules(name: str, args: Sequence[str], timeout_stop_usec: int) -> list[F
             f"set TimeoutStopSec= above {drain} s",
         )
     ]
+
+
+def _looks_local(value: str) -> bool:
+    return value.startswith(("/", "./", "../", "~"))
+
+
+def hf_cache_dir(model_id: str, env: Mapping[str, str]) -> str:
+    """Where the Hugging Face hub keeps ``org/name``: ``$HF_HUB_CACHE``, ``$HF_HOME/hub``, or
+    ``~/.cache/huggingface/hub``, then ``models--org--name/snapshots``."""
+    if env.get("HF_HUB_CACHE"):
+        base = env["HF_HUB_CACHE"]
+    elif env.get("HF_HOME"):
+        base = env["HF_HOME"].rstrip("/") + "/hub"
+    else:
+        base = env.get("HOME", "/root").rstrip("/") + "/.cache/huggingface/hub"
+    return f"{base}/models--{model_id.replace('/', '--')}/snapshots"
+
+
+def prewarm_paths(args: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """The model vLLM loads: its directory, or a Hugging Face id's snapshots in the hub cache."""
+    model = cmdline.vllm_model(args)
+    if not model:
+        return []
+    return [model] if _looks_local(model) else [hf_cache_dir(model, env)]
+
+
+def checkpoint_dir(args: Sequence[str]) -> str | None:
+    """The model directory whose ``config.json`` tells its dtype and quantization."""
+    return cmdline.vllm_model(args)
+
+
+KIND = Kind(
+    name=NAME,
+    prewarm_paths=prewarm_paths,
+    version_path="/version",
+    metrics_path="/metrics",
+    in_flight=partial(gauges.prometheus_sum, names=IN_FLIGHT_GAUGES),
+    warmup=WarmupConfig("/v1/completions"),
+    warmup_body={"prompt": WARMUP_PROMPT, "max_tokens": WARMUP_TOKENS, "stream": True, "temperature": 0},
+    warmup_needs_model=True,
+    api_key_env="VLLM_API_KEY",
+    checkpoint_dir=checkpoint_dir,
+    doctor=KindRules(DEFAULT_PORT, launch_rules, model_paths, stop_rules),
+)
