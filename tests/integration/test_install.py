@@ -267,7 +267,9 @@ def test_installed_gpushift_runs_from_its_venv_without_the_checkout(staged: Stag
         assert f"\n  {command} " in part["help"], part["help"]
     assert part["origin"].startswith(f"{PREFIX}/lib/python3"), part["origin"]
     # pip's record of where the wheel came from names the build machine's directories: not installed
-    assert not list((d / PREFIX.lstrip("/")).glob("lib/python*/site-packages/gpushift-*.dist-info/direct_url.json"))
+    assert not list(
+        (d / PREFIX.lstrip("/")).glob("lib/python*/site-packages/gpushift-*.dist-info/direct_url.json")
+    )
     assert str(REPO) not in part["origin"]
     assert part["complete"].split() == ["diff", "export", "show", "verify"], output(r)
     # no systemd bus and no NVML in here: check reports them, but reads the installed config and

@@ -171,7 +171,9 @@ def test_orphan_outside_cgroup_keeps_gate_closed_and_nothing_starts(ab, sandbox)
     r = env.cli("switch", "b", timeout_s=90)
     try:
         a_log = (env.base / "a.log").read_text(errors="replace") if (env.base / "a.log").exists() else ""
-        assert r.returncode != 0, f"{r.stdout}\n--- a's log:\n{a_log[-3000:]}\n--- daemon:\n{env.daemon_log()[-3000:]}"
+        assert r.returncode != 0, (
+            f"{r.stdout}\n--- a's log:\n{a_log[-3000:]}\n--- daemon:\n{env.daemon_log()[-3000:]}"
+        )
         assert "still held by pid" in r.stderr, r.stderr
         assert env.active_state("gs-a.service") in ("inactive", "failed")
         assert env.active_state("gs-b.service") in ("inactive", "failed")
