@@ -40,7 +40,8 @@ class DeadlinePassed(TimeoutError):
 
 @dataclass
 class Answer:
-    """What came back: ``status`` None when no complete answer came (``error`` says why)."""
+    """What came back: ``status`` None when no complete answer came (``error`` says why);
+    ``headers`` by lower-case name."""
 
     status: int | None
     headers: dict[str, str] = field(default_factory=dict)
@@ -72,7 +73,7 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> An
     try:
         conn.request("POST", target, body=body, headers={**headers, "Connection": "close"})
         resp = conn.getresponse()
-        got = dict(resp.getheaders())
+        got = {k.lower(): v for k, v in resp.getheaders()}
         resp.read(MAX_BODY_BYTES)
         return Answer(int(resp.status), got)
     except TimeoutError as e:  # a socket operation's timeout is the time left: the deadline passed

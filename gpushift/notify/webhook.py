@@ -165,7 +165,7 @@ class WebhookSender:
         path = os.path.join(self.dir, name)
         now = self.now()
         try:
-            entry = read_entry(path, now)
+            entry = read_entry(path)
         except FileNotFoundError:
             return 0.0  # gone meanwhile (the bound dropped it)
         except BadQueueFile as e:
@@ -194,7 +194,7 @@ class WebhookSender:
             return 0.0
         attempts = int(entry.get("attempts", 0)) + 1
         delay = min(MAX_DELAY_S, self.first_delay_s * 2 ** min(attempts - 1, 32))
-        retry_after = self._retry_after(answer.headers.get("Retry-After")) if status is not None else None
+        retry_after = self._retry_after(answer.headers.get("retry-after"))
         if retry_after is not None:
             delay = min(max(retry_after, 0.0), MAX_RETRY_AFTER_S)
         entry.update(attempts=attempts, next_at=now + delay)
@@ -274,7 +274,7 @@ def _failure(answer: post.Answer) -> str:
         # The reason names the failure (refused, timed out), never the URL.
         return f"no answer: {redact.redact_text(answer.error or 'unknown')}"
     if 300 <= answer.status < 400:
-        where = answer.headers.get("Location") or answer.headers.get("location")
+        where = answer.headers.get("location")
         to = f" to {redact.url_origin(where)}" if where else ""
         return f"HTTP {answer.status}: a redirect{to}, not followed"
     return f"HTTP {answer.status}"
@@ -288,10 +288,26 @@ class BadQueueFile(Exception):
         self.reason = reason
 
 
-def read_entry(path: str, now: float) -> dict[str, Any]:
-    """The queue entry in file ``path``, read without blocking and bounded: opened with
-    ``O_NOFOLLOW | O_NONBLOCK`` (a symlink is refused, a FIFO never waits for a writer), checked to
-    be a regular file on the open descriptor, at most :data:`MAX_FILE_BYTES` read.
+_SYMLINK = "a symbolic link (not followed)"
+
+
+def _check_regular(st: os.stat_result) -> None:
+    """Raises :class:`BadQueueFile` unless ``st`` is a regular file of at most MAX_FILE_BYTES."""
+    if stat.S_ISLNK(st.st_mode):
+        raise BadQueueFile(_SYMLINK)
+    reason = safefile.not_regular(st.st_mode)
+    if reason is None and st.st_size > MAX_FILE_BYTES:
+        reason = f"larger than {MAX_FILE_BYTES} bytes ({st.st_size})"
+    if reason is not None:
+        raise BadQueueFile(reason)
+
+
+def read_entry(path: str) -> dict[str, Any]:
+    """The queue entry in file ``path``, read without blocking and bounded: a file that is not
+    regular is refused on its ``lstat`` before any open (a device's driver is never called, a
+    symlink never followed); then it is opened with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO swapped in
+    never waits for a writer), checked again on the open descriptor, at most
+    :data:`MAX_FILE_BYTES` read.
 
     Raises:
         FileNotFoundError: it is gone.
@@ -299,20 +315,16 @@ def read_entry(path: str, now: float) -> dict[str, Any]:
             the shape :meth:`WebhookSender.enqueue` writes.
     """
     try:
+        _check_regular(os.lstat(path))
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise BadQueueFile("a symbolic link (not followed)") from None
+            raise BadQueueFile(_SYMLINK) from None
         raise BadQueueFile(f"cannot be opened: {e.strerror or e}") from None
     try:
-        st = os.fstat(fd)
-        reason = safefile.not_regular(st.st_mode)  # a FIFO opened O_NONBLOCK never waited
-        if reason is None and st.st_size > MAX_FILE_BYTES:
-            reason = f"larger than {MAX_FILE_BYTES} bytes ({st.st_size})"
-        if reason is not None:
-            raise BadQueueFile(reason)
+        _check_regular(os.fstat(fd))  # replaced between the lstat and the open
         with os.fdopen(fd, "rb", closefd=False) as f:
             raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
