@@ -4,9 +4,9 @@ A switch runs its phases in order (:class:`~gpushift.values.Phase`): preflight, 
 row, the ``before_stop`` hook, drain, stop, the VRAM gate, start, readiness, the warm-up request,
 the version probe, the ``after_ready`` hook, done.  A failure after something was touched turns to
 the failure policy: ``rollback`` stops the target and brings the previous backend back through the
-same gate (so rollback is followed by stop, release, start and ready again).  Two ways out are
-open from every phase: ``hooks`` (the ``on_failure`` hook, run as a failed row closes whatever phase
-it failed in) and ``done`` (the end: served, refused, failed, rolled back, or a bug).
+same gate (so rollback is followed by stop, release, start and ready again).  ``hooks`` after a
+phase that is not a hook's is the ``on_failure`` hook, run as a failed row closes; ``done`` may
+follow every phase (the end: served, refused, failed, rolled back, or a bug that ended it).
 
 :data:`TRANSITIONS` is the table; :meth:`gpushift.switch.run.SwitchRun.advance` is the one way a
 run changes phase and checks it.  A change the table does not allow is a bug: it raises
@@ -25,23 +25,24 @@ from gpushift.values import Phase
 
 P = Phase
 
-#: The ways out of every phase but ``done``: the on_failure hook as a failed row closes, and the end.
-ALWAYS: frozenset[Phase] = frozenset({P.HOOKS, P.DONE})
+#: The way out of every phase but ``done``: the end (served, refused, failed, or a bug).
+ALWAYS: frozenset[Phase] = frozenset({P.DONE})
 
 #: The phases a touched switch may fail in and turn to the failure policy from (rollback).
 _TOUCHED = (P.STOP, P.RELEASE, P.START, P.READY, P.WARMUP, P.VERSION, P.HOOKS)
 
 _NEXT: dict[Phase, frozenset[Phase]] = {
-    P.PREFLIGHT: frozenset({P.INTENT}),
+    # HOOKS after a phase: the on_failure hook as the row closes (refused, cancelled, failed, stay)
+    P.PREFLIGHT: frozenset({P.INTENT, P.HOOKS}),
     # nothing to stop: straight to the gate, or (the target already runs alone: recovery) to ready
-    P.INTENT: frozenset({P.DRAIN, P.RELEASE, P.READY}),
-    P.DRAIN: frozenset({P.STOP}),  # every backend is drained, then every one is stopped
-    P.STOP: frozenset({P.RELEASE, P.READY, P.ROLLBACK}),  # READY: the target ran beside the others
-    P.RELEASE: frozenset({P.START, P.ROLLBACK}),
-    P.START: frozenset({P.READY, P.ROLLBACK}),
-    P.READY: frozenset({P.WARMUP, P.VERSION, P.ROLLBACK}),
+    P.INTENT: frozenset({P.HOOKS, P.DRAIN, P.RELEASE, P.READY}),
+    P.DRAIN: frozenset({P.STOP, P.HOOKS}),  # every backend is drained, then every one is stopped
+    P.STOP: frozenset({P.RELEASE, P.READY, P.ROLLBACK, P.HOOKS}),  # READY: the target ran beside
+    P.RELEASE: frozenset({P.START, P.ROLLBACK, P.HOOKS}),
+    P.START: frozenset({P.READY, P.ROLLBACK, P.HOOKS}),
+    P.READY: frozenset({P.WARMUP, P.VERSION, P.ROLLBACK, P.HOOKS}),
     P.WARMUP: frozenset({P.VERSION, P.ROLLBACK}),
-    P.VERSION: frozenset({P.ROLLBACK}),  # (the after_ready hook: ALWAYS)
+    P.VERSION: frozenset({P.HOOKS, P.ROLLBACK}),  # HOOKS: after_ready
     # before_stop is followed by what follows the intent row; after_ready (a cancel in it) by rollback
     P.HOOKS: frozenset({P.DRAIN, P.RELEASE, P.READY, P.ROLLBACK}),
     # the failed target is stopped, then the previous backend passes the gate and starts
@@ -56,6 +57,7 @@ TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
 
 assert set(TRANSITIONS) == set(Phase), "every phase has a row in the table"
 assert all(P.ROLLBACK in TRANSITIONS[p] for p in _TOUCHED)
+assert all(p not in nxt for p, nxt in TRANSITIONS.items()), "staying in a phase is no transition"
 
 
 class TransitionError(RuntimeError):

@@ -933,7 +933,9 @@ class World:
         finished = [e for e in self.events_of(ticket) if e.kind == "finished"]
         if len(finished) != 1:
             raise AssertionError(f"expected one finished event for {ticket}, got {len(finished)}")
-        return finished[0].result
+        result = finished[0].result
+        assert result is not None, "a finished event carries its result"
+        return result
 
     def switch(self, target: str, **kw: Any) -> SwitchResult:
         """Run one switch synchronously (request + wait) and return its Finished result."""
