@@ -27,16 +27,18 @@ from gpushift.bus.names import BUS_NAME
 from gpushift.config import schema as config_mod
 from gpushift.daemon import exporter, wiring
 from gpushift.daemon.clockwork import Clockwork
+from gpushift.daemon.relay import SignalRelay
 from gpushift.daemon.settings import ConfigOnDisk, load_schedule_of, parse_until, reloadable, watch_settings
 from gpushift.daemon.watch import BackendWatcher
 from gpushift.errors import ConfigError, GpushiftError, InvalidArgument, UnknownBackend
+from gpushift.keeper.decide import Ask
 from gpushift.keeper.lookahead import LookAhead
 from gpushift.notify.notices import Notices
 from gpushift.prewarm.consumer import Prewarming
 from gpushift.safetext import redact
 from gpushift.sampler.sample import Sample
-from gpushift.switch import Event, Switcher
-from gpushift.values import OFF, Caller, EventKind, Trigger
+from gpushift.switch import Switcher
+from gpushift.values import OFF, Caller, Trigger
 
 #: What a switch asked for ``--when-idle`` answers instead of a ticket: the keeper makes it later.
 WHEN_IDLE = "when-idle"
@@ -58,10 +60,8 @@ class Daemon:
         self.reloaded_at: datetime | None = None
         self._loop: Any = None
         self._service: Any = None
-        self._manual_tickets: set[str] = set()
         self._publication: Any = None
-        self._sampled = threading.Event()  # clear from a switch's end until the sample after it
-        self._sampled.set()
+        self.relay = SignalRelay(self)  # the switch's events -> the bus's signals
         from gpushift.host.sdnotify import Notifier
 
         self.notify = Notifier()
@@ -74,8 +74,14 @@ class Daemon:
         from gpushift.doctor.facts import HostDoctor
 
         ports.doctor = HostDoctor(ports.units, ports.gpu, ports.ledger)
+        # A transition the table does not allow is logged (switch_transition_invalid), never fatal here.
         self.switcher = Switcher(
-            self.config, ports, listener=self._on_event, log=self.log, version=__version__
+            self.config,
+            ports,
+            listener=self.relay.on_event,
+            log=self.log,
+            version=__version__,
+            strict_transitions=False,
         )
         if ports.gpu.simulated:
             self.log.warning("gpu_simulated", detail="GPU provider is SIMULATED: no real VRAM is measured")
@@ -154,8 +160,8 @@ class Daemon:
                 f"recovery gave up after {recovery.MAX_RECOVERIES} interrupted attempts: every backend is "
                 "stopped; `gpushift switch BACKEND` or `gpushift resume` to bring one back"
             )
-        else:
-            recovery.start(self.switcher, plan, self.log)
+        else:  # the recovery switch is the keeper's decision, like every switch
+            self.keeper.recover(plan.target, recovery.announce(plan, self.log), plan.attempt)
 
     # ------------------------------------------------------------ Backend protocol (D-Bus calls)
 
@@ -199,46 +205,29 @@ class Daemon:
             until = parse_until(str(options["until"]), tz)
             if until <= datetime.now(timezone.utc):
                 raise InvalidArgument(f"--until {options['until']!r} is in the past")
-        if options.get("when_idle"):
-            return self._switch_when_idle(backend, caller, hold, until, reason)
-        ticket = self.switcher.request(
-            backend,
-            reason,
-            caller,
-            Trigger.MANUAL,
-            skip_drain=bool(options.get("now")),
-            relaunch=bool(options.get("restart")),
-        )
-        self._manual_tickets.add(ticket)
-        ov = self.keeper.manual(backend, caller, hold, until, reason)
-        self.log.info(
-            "switch_requested",
-            ticket=ticket,
-            to=backend,
-            by=caller.user,
-            uid=caller.uid,
-            reason=reason,
-            mode=ov.mode,
-            until=ov.until.isoformat() if ov.until else None,
-        )
-        self.clockwork.arm()
-        return ticket
-
-    def _switch_when_idle(
-        self, backend: str, caller: Caller, hold: bool, until: datetime | None, reason: str
-    ) -> str:
-        """``--when-idle``: the person's choice is kept at once; the keeper switches once the serving
-        backend has been idle (docs/config.md ``defer_while_busy_s``).  Returns ``when-idle``."""
-        if backend != OFF and backend not in self.config.backends:
+        when_idle = bool(options.get("when_idle"))
+        if when_idle and backend != OFF and backend not in self.config.backends:
             raise UnknownBackend(
                 f"unknown backend {backend!r} (configured: {', '.join([*self.config.backends, OFF])})"
             )
-        ov = self.keeper.manual(backend, caller, hold, until, reason, when_idle=True)
-        self.log.info("switch_requested_when_idle", to=backend, by=caller.user, uid=caller.uid, reason=reason,
-                      mode=ov.mode, until=ov.until.isoformat() if ov.until else None)  # fmt: skip
-        self.clockwork.tick(Trigger.MANUAL)
+        ask = Ask(backend, reason, caller, Trigger.MANUAL, skip_drain=bool(options.get("now")),
+                  relaunch=bool(options.get("restart")), hold=hold, until=until, when_idle=when_idle)  # fmt: skip
+        # The keeper decides and asks the switcher (a refusal — SwitchInProgress, UnknownBackend —
+        # comes back from here at once, and nothing changed); it keeps the override.
+        ticket, ov = self.keeper.ask(ask)
+        mode, ends = (ov.mode, ov.until.isoformat() if ov.until else None) if ov else (None, None)
+        if ticket is None:
+            # --when-idle: the person's choice is kept at once; the keeper switches once the serving
+            # backend has been idle (docs/config.md ``defer_while_busy_s``).
+            self.log.info("switch_requested_when_idle", to=backend, by=caller.user, uid=caller.uid,
+                          reason=reason, mode=mode, until=ends)  # fmt: skip
+            self.clockwork.tick(Trigger.MANUAL)
+            self.clockwork.arm()
+            return WHEN_IDLE
+        self.log.info("switch_requested", ticket=ticket, to=backend, by=caller.user, uid=caller.uid,
+                      reason=reason, mode=mode, until=ends)  # fmt: skip
         self.clockwork.arm()
-        return WHEN_IDLE
+        return ticket
 
     def cancel(self, caller: Caller) -> str:
         ticket = self.switcher.cancel(caller)
@@ -257,63 +246,12 @@ class Daemon:
         """The D-Bus properties, from memory (gpushift/bus/properties.py)."""
         return properties.values(properties.sources(self))
 
-    # ------------------------------------------------------------ events → signals
+    # ------------------------------------------------------------ the sampler, the status line
 
-    def _on_event(self, ev: Event) -> None:
-        """Called on the worker thread: hand the signal to the GLib loop thread."""
-        from gi.repository import GLib
-
-        def emit() -> bool:
-            svc = self._service
-            if svc is None:
-                return False
-            if ev.result is None:
-                svc.Progress(ev.ticket, ev.phase.value, redact.redact_text(ev.detail))
-                svc.announce()  # the properties this event changed, right after its signal
-            else:
-                if not ev.ok and ev.ticket in self._manual_tickets:
-                    self.keeper.manual_failed(ev.result.to_backend)
-                self._manual_tickets.discard(ev.ticket)
-                # The keeper's first look after the switch (it asks systemd what runs, not the
-                # sample) comes before Finished: what a person does once `gpushift switch` exited
-                # (a `systemctl restart`) is seen as a change after the switch, never as its end.
-                self.clockwork.tick(Trigger.RECONCILE)
-                result = redact.redact_tree(ev.result.to_dict())
-                svc.Finished(ev.ticket, ev.ok, json.dumps(result, default=str))
-            return False
-
-        def after_sample() -> bool:
-            """Once the sample of what the switch left is published: the properties it changed
-            and the status line, from it."""
-            svc = self._service
-            if svc is None:
-                return False
-            self._update_status_line()
-            svc.announce()
-            return False
-
-        if ev.result is None:
-            GLib.idle_add(emit)
-            if ev.kind is EventKind.PROGRESS:
-                self.notify.status(redact.redact_text(f"switching: {ev.phase} {ev.detail}")[:200])
-            return
-        # The row is complete: Finished goes out now (the CLI exits on it).  The sample of what the
-        # switch left is taken beside it, on a thread of its own (this listener returns at once: the
-        # keeper's own listener must see the end before the keeper's tick does); until the sample is
-        # published, status and the properties wait for it (latest_sample), so a status asked once
-        # `gpushift switch` exited shows the new backend serving; the loop goes on meanwhile.
-        try:
-            self.notices.finished(ev.result)  # the webhook's document, queued on disk
-        except Exception as e:  # a listener must not fail the switch's end
-            self.log.error("webhook_enqueue_failed", error=repr(e))
-        self._sampled.clear()
-
-        def sample() -> None:
-            self._sample_after_switch()
-            GLib.idle_add(after_sample)
-
-        threading.Thread(target=sample, name="sample-after-switch", daemon=True).start()
-        GLib.idle_add(emit)
+    @property
+    def service(self) -> Any:
+        """The published D-Bus object (None before the bus name is owned)."""
+        return self._service
 
     def _start_sampler(self) -> None:
         """The sampler's first sample is taken before the bus name is: status has a picture at once."""
@@ -324,23 +262,11 @@ class Daemon:
         self.sampler.start()
         self.watcher.sampler = self.sampler
 
-    def _sample_after_switch(self) -> None:
-        """As Finished goes out (a thread of its own): a sample taken after the switch ended, so a
-        status asked right after the switch shows what it left."""
-        try:
-            self.sampler.sample_once()
-        except Exception as e:  # a listener must not fail the switch's end
-            self.log.error("sample_after_switch_failed", error=repr(e))
-        finally:
-            self._sampled.set()
-
     def latest_sample(self) -> Sample:
-        """The sampler's latest sample; right after a switch, the one taken after it (waited for, at
-        most one sampling period: a cycle publishes within it)."""
-        self._sampled.wait(self.sampler.period_s)
-        return self.sampler.snapshot()
+        """The sampler's latest sample; right after a switch, the one taken after it (the relay's)."""
+        return self.relay.latest_sample()
 
-    def _update_status_line(self) -> None:
+    def update_status_line(self) -> None:
         try:
             running = self.switcher.running_backends()
         except GpushiftError:
@@ -401,7 +327,7 @@ class Daemon:
         self.log.info("reloaded", why=why, config=self.config_path, applied=applied)
         self.notify.ready()
         self.clockwork.tick(Trigger.RECONCILE)
-        self._update_status_line()
+        self.update_status_line()
         where = f" and {new_schedule.path}" if new_schedule else ""
         keys = f"; applied: {', '.join(applied)}" if applied else "; no key changed"
         return f"reloaded {self.config_path}{where}{keys}"
@@ -475,7 +401,7 @@ class Daemon:
         except Exception as e:  # the start's edge: log it, keep serving requests and the schedule
             self.log.exception("recovery_failed", error=repr(e))
         self.clockwork.tick(Trigger.RECONCILE)  # boot or crash restart: bring up what the schedule wants
-        self._update_status_line()
+        self.update_status_line()
         self._loop.run()
         if self.metrics is not None:
             self.metrics.stop()
@@ -496,7 +422,7 @@ class Daemon:
             self.log.error("override_flush_failed", error=repr(e))
         self.clockwork.tick(Trigger.RECONCILE)
         self.clockwork.arm()
-        self._update_status_line()
+        self.update_status_line()
 
     def _flush_ledger(self) -> None:
         """A degraded ledger (disk full, locked) retries its pending spool here; every time, the

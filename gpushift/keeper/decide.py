@@ -19,6 +19,15 @@ The rules, in order:
    ``retry_after_s``, a person cancelled the switch (then it waits for the next boundary or
    ``gpushift resume``), or it is a crashed backend whose ``on_crash`` is ``stay``.
 
+Before the rules, the switches that ended since the last decision (``Snapshot.ended``) are taken
+into account: a failed switch of the keeper's own counts as an attempt, a backend that was brought
+back ends its relaunch, and a person's switch that did not happen leaves the override on what runs.
+
+A switch somebody asks for now (``Snapshot.asked``: a person's ``SwitchTo``, or recovery at daemon
+start) is a decision too, made apart from the rules: the switch is asked for first (so that a
+refusal — ``SwitchInProgress``, ``UnknownBackend`` — changes nothing), then a person's override is
+kept; ``--when-idle`` only keeps the override (the rules switch once the backend is idle).
+
 A clock jump is nothing special: it is a snapshot with a different ``now``.
 """
 
@@ -29,10 +38,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpushift.keeper.override import Override, external_override
+from gpushift.keeper.override import Override, after_failed_manual, external_override, manual_override
 from gpushift.keeper.watch import Incident
-from gpushift.schedule import Schedule
-from gpushift.values import OFF, Outcome, Trigger
+from gpushift.schedule import Fire, Schedule
+from gpushift.values import OFF, Caller, Outcome, Trigger
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,35 @@ class Relaunch:
 
 
 @dataclass(frozen=True)
+class Ask:
+    """A switch somebody asks for now: a person's (trigger ``manual``: ``gpushift switch``, the
+    ``SwitchTo`` call) or recovery's at daemon start (trigger ``recovery``)."""
+
+    target: str
+    reason: str
+    caller: Caller
+    trigger: Trigger = Trigger.MANUAL
+    skip_drain: bool = False  # --now
+    relaunch: bool = False  # --restart: the target runs: stop it and start it again
+    hold: bool = False
+    until: datetime | None = None
+    when_idle: bool = False  # the keeper switches once the serving backend is idle
+    recovery_attempt: int = 0  # recovery: its number in a row
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A switch that ended since the last decision (from the switcher's finished runs)."""
+
+    target: str
+    trigger: Trigger
+    ok: bool
+    message: str
+    ended_mono: float
+    cancelled_by: str | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one decision looks at."""
 
@@ -126,6 +164,9 @@ class Snapshot:
     blocked: str | None = None
     max_attempts: int = 3
     retry_after_s: float = 30.0
+    ended: tuple[Ended, ...] = ()  # switches that ended since the last decision (read with ``running``)
+    active: tuple[str, ...] | None = None  # units systemd reports running, auto-restart included
+    asked: Ask | None = None  # a switch asked for now (then nothing else is decided)
 
 
 # --------------------------------------------------------------------------- actions
@@ -171,14 +212,18 @@ class RecordIncident:
 
 @dataclass(frozen=True)
 class Switch:
-    """Ask the switcher for a switch (the way a person does)."""
+    """Ask the switcher for a switch (the executor is the one caller of its ``request``)."""
 
     target: str
     reason: str
     trigger: Trigger
-    actual: str
+    actual: str  # what runs as decided ("" for a switch asked for: not read)
     relaunch: bool = False  # the target runs: stop it and start it again
     details: dict[str, Any] = field(default_factory=dict)  # facts for the ledger row (named keys)
+    caller: Caller = field(default_factory=Caller.daemon)
+    skip_drain: bool = False
+    verify_running: bool = False  # a running target is health-checked and its launch recorded
+    recovery_attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -260,11 +305,94 @@ def _watch(
     return ov, relaunch
 
 
+def _ended(s: Snapshot) -> Snapshot:
+    """The snapshot once the switches that ended since the last decision are taken into account."""
+    attempts, relaunch, ov = s.attempts, s.relaunch, s.override
+    active = s.active if s.active is not None else s.running
+    actual = active[0] if len(active) == 1 else OFF
+    for e in s.ended:
+        if e.trigger is Trigger.MANUAL:  # a person's: the override follows what runs if it failed
+            if not e.ok:
+                ov = after_failed_manual(ov, e.target, actual) or ov
+            continue
+        attempts = after_result(attempts, e.ok, e.message, e.ended_mono, e.cancelled_by)
+        if e.ok and relaunch is not None and e.target == relaunch.backend:
+            relaunch = None  # brought back
+    return replace(s, attempts=attempts, relaunch=relaunch, override=ov, ended=())
+
+
+def _asked(s: Snapshot, a: Ask) -> Decision:
+    """A switch asked for now: the switch first, then (a person's) the override it keeps."""
+    if a.trigger is Trigger.RECOVERY:
+        sw = Switch(
+            a.target, a.reason, a.trigger, "", verify_running=True, recovery_attempt=a.recovery_attempt
+        )
+        return Decision((sw,), f"recovering to {a.target}", s.attempts, s.blocked, s.relaunch, s.deferral)
+    ov = manual_override(s.now, s.schedule, a.target, a.caller.user, a.hold, a.until, a.reason, a.when_idle)
+    keep = SetOverride(ov)
+    # A person acted: an old "gave up" no longer describes the state, and nothing is relaunched.
+    if a.when_idle:
+        return Decision((keep,), f"{ov.mode} of {a.target} once idle", s.attempts, None, None, s.deferral)
+    sw = Switch(
+        a.target, a.reason, a.trigger, "", relaunch=a.relaunch, caller=a.caller, skip_drain=a.skip_drain
+    )
+    return Decision((sw, keep), f"switching to {a.target}", s.attempts, None, None, s.deferral)
+
+
+def _wanted(
+    fire: Fire | None, ov: Override | None, relaunch: Relaunch | None
+) -> tuple[str, datetime, str] | None:
+    """Rule 3's target: (backend, the attempts' key, why), or None when nothing is wanted."""
+    if ov is not None:
+        return ov.backend, ov.set_at, f"{ov.mode} of {ov.backend}"
+    if fire is not None:
+        return fire.target, fire.at, fire.describe()  # "schedule line N (fields) fired at T"
+    if relaunch is not None:
+        return relaunch.backend, relaunch.since, relaunch.why
+    return None
+
+
+def _attempt(
+    s: Snapshot, wants: str, key: datetime, relaunch: Relaunch | None
+) -> tuple[Attempts, str | None, Decision | None]:
+    """The attempts at (``key``, ``wants``), and the decision when they say wait (gave up,
+    cancelled, or too soon after a failure)."""
+    a: Attempts | None = s.attempts
+    blocked: str | None = s.blocked
+    if a is None or a.fire_at != key or a.target != wants:
+        a, blocked = Attempts(key, wants), None
+    if a.failures >= s.max_attempts or a.cancelled_by is not None:
+        nxt = s.schedule.next_boundary(s.now) if s.schedule is not None else None
+        when = nxt.at.isoformat() if nxt else "never"
+        if a.cancelled_by is not None:
+            blocked = (
+                f"the switch to {wants} was cancelled by {a.cancelled_by}; waiting for the next boundary "
+                f"({when}) or `gpushift resume`"
+            )
+        else:
+            blocked = (
+                f"gave up switching to {wants} after {a.failures} failed attempts "
+                f"(last: {a.last_message}); waiting for the next boundary ({when}) or a person"
+            )
+        return a, blocked, Decision((), blocked, a, blocked, relaunch)
+    since_failure = s.mono - a.last_failure_mono
+    if a.failures and since_failure < s.retry_after_s:
+        summary = f"retrying {wants} in {s.retry_after_s - since_failure:.0f}s"
+        return a, blocked, Decision((), summary, a, blocked, relaunch)
+    return a, blocked, None
+
+
 def decide(s: Snapshot) -> Decision:
     """The keeper's decision table (see the module docstring)."""
+    if s.asked is not None:
+        return _asked(s, s.asked)
+    was = s.override
+    s = _ended(s) if s.ended else s
+    actions: list[Action] = [SetOverride(s.override)] if s.override is not was else []
     if s.busy:
-        return Decision((), "a switch is running; deciding after it", s.attempts, s.blocked, s.relaunch)
-    actions: list[Action] = []
+        return Decision(
+            tuple(actions), "a switch is running; deciding after it", s.attempts, s.blocked, s.relaunch
+        )
     ov = s.override
     # 1. an override whose time is up
     if ov is not None and ov.ended(s.now):
@@ -283,19 +411,15 @@ def decide(s: Snapshot) -> Decision:
     fire = s.schedule.in_effect(s.now) if s.schedule is not None else None
     if relaunch is not None and fire is not None and fire.at > relaunch.since:
         relaunch = None  # a boundary since: the schedule decides afresh
-    if ov is not None:
-        wants, key, why = ov.backend, ov.set_at, f"{ov.mode} of {ov.backend}"
-    elif fire is not None:
-        wants, key = fire.target, fire.at
-        why = fire.describe()  # "schedule line N (fields) fired at T", naming a calendar exception
-    elif relaunch is not None:
-        wants, key, why = relaunch.backend, relaunch.since, relaunch.why
-    else:
-        if s.schedule is None:
-            summary = f"{actual} serves (no schedule)"
-        else:
-            summary = f"{actual} serves (no schedule entry has fired yet)"
+    wanted = _wanted(fire, ov, relaunch)
+    if wanted is None:
+        summary = (
+            f"{actual} serves (no schedule)"
+            if s.schedule is None
+            else f"{actual} serves (no schedule entry has fired yet)"
+        )
         return Decision(tuple(actions), summary, s.attempts, s.blocked, relaunch)
+    wants, key, why = wanted
     bringing_back = relaunch is not None and relaunch.backend == wants
     restart = bringing_back and relaunch is not None and relaunch.restart and actual == wants
     if wants == actual and not restart:
@@ -326,30 +450,13 @@ def decide(s: Snapshot) -> Decision:
             deferral, waiting = _defer(s, actual, wants, key, limit, details)
             if waiting is not None:
                 return Decision(tuple(actions), waiting, s.attempts, s.blocked, relaunch, deferral)
-    a: Attempts | None = s.attempts
-    blocked: str | None = s.blocked
-    if a is None or a.fire_at != key or a.target != wants:
-        a, blocked = Attempts(key, wants), None
-    if a.failures >= s.max_attempts or a.cancelled_by is not None:
-        nxt = s.schedule.next_boundary(s.now) if s.schedule is not None else None
-        when = nxt.at.isoformat() if nxt else "never"
-        if a.cancelled_by is not None:
-            blocked = (
-                f"the switch to {wants} was cancelled by {a.cancelled_by}; waiting for the next boundary "
-                f"({when}) or `gpushift resume`"
-            )
-        else:
-            blocked = (
-                f"gave up switching to {wants} after {a.failures} failed attempts "
-                f"(last: {a.last_message}); waiting for the next boundary ({when}) or a person"
-            )
-        return Decision(tuple(actions), blocked, a, blocked, relaunch)
-    since_failure = s.mono - a.last_failure_mono
-    if a.failures and since_failure < s.retry_after_s:
-        summary = f"retrying {wants} in {s.retry_after_s - since_failure:.0f}s"
-        return Decision(tuple(actions), summary, a, blocked, relaunch)
+    a, blocked, wait = _attempt(s, wants, key, relaunch)
+    if wait is not None:
+        return replace(wait, actions=tuple(actions))
     trigger = Trigger.RECOVERY if bringing_back else s.trigger
     reason = f"relaunch: {relaunch.why}" if bringing_back and relaunch is not None else why
-    actions.append(Switch(wants, reason, trigger, actual, relaunch=restart, details=details))
+    actions.append(
+        Switch(wants, reason, trigger, actual, relaunch=restart, details=details, verify_running=restart)
+    )
     verb = "relaunching" if restart else "switching"
     return Decision(tuple(actions), f"{verb} {actual} -> {wants}", a, blocked, relaunch)

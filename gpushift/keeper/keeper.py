@@ -5,21 +5,33 @@ time now: at daemon start, every ``reconcile_interval_s``, at each schedule boun
 wall-clock jump, after a reload, after ``resume``.  A tick takes a :class:`~.decide.Snapshot`
 through the narrow :class:`SwitchControl` interface, hands it to the pure :func:`~.decide.decide`,
 and executes the actions it returns.  The mode survives restarts through an :class:`OverrideStore`.
+
+Every switch is asked for here, and only here: the schedule's, the backend watcher's (a relaunch),
+a person's (:meth:`Keeper.ask`, the daemon's ``SwitchTo``) and recovery's at daemon start
+(:meth:`Keeper.recover`) are all decisions of :func:`~.decide.decide` that the executor
+(:meth:`Keeper._start`) carries out with the switcher's ``request``.  How they ended comes back from
+the switcher's finished runs (``take_finished``) into the next decision: the keeper keeps no ticket
+of its own.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from gpushift.errors import GpushiftError, SwitchInProgress
+from gpushift.host.nulllog import NULL_LOG
 from gpushift.keeper.coming import Coming, coming_switch
 from gpushift.keeper.decide import (
     Adopt,
+    Ask,
     Attempts,
+    Decision,
     Deferral,
+    Ended,
     Log,
     RecordExternal,
     RecordIncident,
@@ -29,13 +41,12 @@ from gpushift.keeper.decide import (
     Snapshot,
     Switch,
     WatchSettings,
-    after_result,
     decide,
 )
-from gpushift.keeper.override import Override, OverrideStore, after_failed_manual, manual_override
+from gpushift.keeper.override import Override, OverrideStore
 from gpushift.keeper.watch import Observation, Seen, observe
 from gpushift.schedule import Schedule
-from gpushift.switch import Event, SwitchResult
+from gpushift.switch import Event, SwitchRun
 from gpushift.values import OFF, Caller, EventKind, Mode, Outcome, OverrideSource, Trigger, UnitState
 
 
@@ -56,10 +67,11 @@ class SwitchControl(Protocol):
         *,
         relaunch: bool = ...,
         verify_running: bool = ...,
+        recovery_attempt: int = ...,
         details: Mapping[str, str] | None = ...,
     ) -> str: ...
 
-    def result(self, ticket: str) -> SwitchResult | None: ...
+    def take_finished(self) -> list[SwitchRun]: ...
 
     def adopt(self, backend: str, force: bool = False) -> None: ...
 
@@ -122,7 +134,7 @@ class Keeper:
         self.store = store
         self.now = now
         self.monotonic = monotonic
-        self.log = log
+        self.log = log if log is not None else NULL_LOG
         self.max_attempts = max_attempts
         self.retry_after_s = retry_after_s
         self.watch = watch
@@ -134,15 +146,11 @@ class Keeper:
         self.attempts: Attempts | None = None
         self.blocked: str | None = None
         self.last_action: str = ""
-        self._pending_ticket: str | None = None
-        self._last_finished: tuple[str, float] = ("", 0.0)
         self._lock = threading.RLock()
-        # Retry spacing counts from when a switch ended, not from the tick that noticed it.
         switcher.add_listener(self._on_switch_event)
 
     def _on_switch_event(self, event: Event) -> None:
         if event.kind is EventKind.FINISHED:
-            self._last_finished = (event.ticket, self.monotonic())
             self.seen = None  # our own switch changed the unit: look afresh
 
     # ------------------------------------------------------------ settings and people
@@ -163,35 +171,36 @@ class Keeper:
             if settings is not None:
                 self.settings = dict(settings)
 
-    def manual(
-        self,
-        backend: str,
-        caller: Caller,
-        hold: bool,
-        until: datetime | None,
-        reason: str,
-        when_idle: bool = False,
-    ) -> Override:
-        """Record a person's switch: keep ``backend`` until the next boundary, ``until``, or resume.
+    def ask(self, a: Ask) -> tuple[str | None, Override | None]:
+        """A switch somebody asks for now (a person's, or recovery's): decided and carried out at
+        once.  Returns its ticket (None: ``--when-idle``, the keeper switches later) and the
+        override in force after it.
 
-        ``when_idle``: the switch itself is the keeper's, once the serving backend is idle."""
+        Raises:
+            UnknownBackend, SwitchInProgress: the switcher's refusal, as it gave it (nothing of the
+                keeper changed).
+        """
         with self._lock:
-            ov = manual_override(
-                self.now(), self.schedule, backend, caller.user, hold, until, reason, when_idle
-            )
-            self._set_override(ov)
-            self.blocked = None  # a person acted: an old "gave up" no longer describes the state
-            self.relaunch = None
-            return ov
+            busy, established = self.switcher.snapshot()
+            # Nothing is read of systemd here: the switch's own preflight asks what runs.
+            d = decide(replace(self._base(a.trigger, busy, established), asked=a))
+            ticket: str | None = None
+            for act in d.actions:
+                if isinstance(act, Switch):
+                    ticket = self._start(act, asked=True)
+                else:
+                    self._execute(act, d.summary)
+            self._apply(d)
+            return ticket, self.override
 
-    def manual_failed(self, backend: str) -> None:
-        """A person's switch to ``backend`` did not happen: the override follows what runs."""
-        with self._lock:
-            running = [name for name, st in self.switcher.unit_states().items() if st.running]
-            actual = running[0] if len(running) == 1 else OFF
-            ov = after_failed_manual(self.override, backend, actual)
-            if ov is not None:
-                self._set_override(ov)
+    def recover(self, target: str, reason: str, attempt: int) -> str:
+        """Recovery's switch at daemon start (:mod:`gpushift.switch.recovery`): to ``target`` through
+        the full gate, a running target verified; returns its ticket."""
+        ticket, _ov = self.ask(
+            Ask(target, reason, Caller.daemon(), Trigger.RECOVERY, recovery_attempt=attempt)
+        )
+        assert ticket is not None
+        return ticket
 
     def halt(self, why: str) -> Override:
         """Hold every backend off until a person acts (recovery gave up): persisted, shown in status."""
@@ -219,22 +228,50 @@ class Keeper:
     def tick(self, trigger: Trigger = Trigger.RECONCILE) -> str:
         """Decide once and act; return a one-line description of what was done."""
         with self._lock:
-            self._collect_pending()
             decision = decide(self._snapshot(trigger))
-            self.attempts = decision.attempts
-            self.blocked = decision.blocked
-            self.relaunch = decision.relaunch
-            self.deferral = decision.deferral
+            self._apply(decision)
             action = decision.summary
             for a in decision.actions:
                 action = self._execute(a, action)
             self.last_action = action
             return action
 
+    def _apply(self, d: Decision) -> None:
+        """The keeper's bookkeeping as the decision leaves it."""
+        self.attempts = d.attempts
+        self.blocked = d.blocked
+        self.relaunch = d.relaunch
+        self.deferral = d.deferral
+
+    def _base(self, trigger: Trigger, busy: bool, established: str | None) -> Snapshot:
+        """A snapshot of the keeper's own state (what runs is the caller's to add)."""
+        return Snapshot(
+            now=self.now(),
+            mono=self.monotonic(),
+            trigger=trigger,
+            schedule=self.schedule,
+            override=self.override,
+            busy=busy,
+            established=established,
+            running=(),
+            relaunch=self.relaunch,
+            settings=self.settings,
+            deferral=self.deferral,
+            attempts=self.attempts,
+            blocked=self.blocked,
+            max_attempts=self.max_attempts,
+            retry_after_s=self.retry_after_s,
+        )
+
     def _snapshot(self, trigger: Trigger) -> Snapshot:
         busy, established = self.switcher.snapshot()
         states = {} if busy else self.switcher.unit_states()
         busy_after, established_after = self.switcher.snapshot()
+        # A switch that started while systemd was asked makes what it said stale.
+        busy = busy or busy_after or established_after != established
+        # The switches that ended since the last look, read with what runs after them (while one
+        # runs they wait for the next decision).
+        ended = () if busy else tuple(_ended(r) for r in self.switcher.take_finished())
         obs = Observation(seen=self.seen)
         st = states.get(established) if established is not None else None
         if st is not None and established is not None:
@@ -244,30 +281,18 @@ class Keeper:
             obs = observe(established, st, self.seen, foreign, unhealthy, w.unhealthy_after_s)
         self.seen = obs.seen
         in_flight, idle_for = None, None
-        actual = [n for n, u in states.items() if u.running and not u.exited]
+        actual = tuple(n for n, u in states.items() if u.running and not u.exited)
         if self.watch is not None and len(actual) == 1:
             in_flight, idle_for = self.watch.busy(actual[0])
-        return Snapshot(
-            now=self.now(),
-            mono=self.monotonic(),
-            trigger=trigger,
-            schedule=self.schedule,
-            override=self.override,
-            # A switch that started while systemd was asked makes what it said stale.
-            busy=busy or busy_after or established_after != established,
-            established=established,
-            running=tuple(name for name, u in states.items() if u.running and not u.exited),
+        return replace(
+            self._base(trigger, busy, established),
+            running=actual,
+            active=tuple(n for n, u in states.items() if u.running),
             incident=obs.incident,
             relaunched=obs.relaunched,
-            relaunch=self.relaunch,
-            settings=self.settings,
             in_flight=in_flight,
             idle_for_s=idle_for,
-            deferral=self.deferral,
-            attempts=self.attempts,
-            blocked=self.blocked,
-            max_attempts=self.max_attempts,
-            retry_after_s=self.retry_after_s,
+            ended=ended,
         )
 
     def _execute(self, a: object, summary: str) -> str:
@@ -285,36 +310,37 @@ class Keeper:
         elif isinstance(a, Log):
             (self._warn if a.level == "warning" else self._info)(a.event, **a.fields)
         elif isinstance(a, Switch):
-            try:
-                ticket = self.switcher.request(
-                    a.target,
-                    a.reason,
-                    Caller.daemon(),
-                    a.trigger,
-                    relaunch=a.relaunch,
-                    verify_running=a.relaunch,
-                    details=a.details,
-                )
-            except SwitchInProgress:
+            ticket = self._start(a, asked=False)
+            if ticket is None:
                 return "a switch is running; deciding after it"
-            self._pending_ticket = ticket
-            self._info(
-                "schedule_switch", to=a.target, ticket=ticket, trigger=a.trigger.value, reason=a.reason
-            )
             return f"{summary} (ticket {ticket})"
         return summary
 
-    def _collect_pending(self) -> None:
-        t = self._pending_ticket
-        res = self.switcher.result(t) if t is not None else None
-        if res is None:
-            return
-        self._pending_ticket = None
-        ticket, ended = self._last_finished
-        ended_mono = ended if ticket == t else self.monotonic()
-        self.attempts = after_result(self.attempts, res.ok, res.message, ended_mono, res.cancelled_by)
-        if res.ok and self.relaunch is not None and res.to_backend == self.relaunch.backend:
-            self.relaunch = None  # brought back
+    def _start(self, a: Switch, asked: bool) -> str | None:
+        """The executor's one call of the switcher's ``request`` (tests/unit/keeper/test_one_path.py
+        checks that no other code calls it).  A switch the rules decided on that finds another
+        running returns None (decided again after it); one asked for raises the refusal."""
+        try:
+            ticket = self.switcher.request(
+                a.target,
+                a.reason,
+                a.caller,
+                a.trigger,
+                a.skip_drain,
+                relaunch=a.relaunch,
+                verify_running=a.verify_running,
+                recovery_attempt=a.recovery_attempt,
+                details=a.details,
+            )
+        except SwitchInProgress:
+            if asked:
+                raise
+            return None
+        if not asked:
+            self._info(
+                "schedule_switch", to=a.target, ticket=ticket, trigger=a.trigger.value, reason=a.reason
+            )
+        return ticket
 
     def _set_override(self, ov: Override | None) -> None:
         self.override = ov
@@ -414,9 +440,15 @@ class Keeper:
             return min(times) if times else None
 
     def _info(self, event: str, **kw: Any) -> None:
-        if self.log is not None:
-            self.log.info(event, **kw)
+        self.log.info(event, **kw)
 
     def _warn(self, event: str, **kw: Any) -> None:
-        if self.log is not None:
-            self.log.warning(event, **kw)
+        self.log.warning(event, **kw)
+
+
+def _ended(run: SwitchRun) -> Ended:
+    """A finished run as the decision sees it (its result, and when it ended: retry spacing counts
+    from then, not from the tick that noticed it)."""
+    res = run.result
+    assert res is not None and run.ended_mono is not None
+    return Ended(run.target, run.trigger, res.ok, res.message, run.ended_mono, res.cancelled_by)

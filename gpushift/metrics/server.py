@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 
 from gpushift.config.schema import MetricsConfig
 from gpushift.host.files import write_atomic
+from gpushift.host.nulllog import NULL_LOG
 from gpushift.metrics.collector import Sources, StateCollector, SwitchMetrics
 from gpushift.metrics.listener import Listener
 from gpushift.ports import GpuProbe
@@ -61,7 +62,7 @@ class MetricsService:
         self.settings = settings
         self._src = sources
         self._gpu = gpu
-        self._log = log
+        self._log = log if log is not None else NULL_LOG
         self._uuids: Mapping[int, str] = {}
         self.switches = SwitchMetrics(sources.config, current)
         self.registry = self._registry(volatile=True)
@@ -156,8 +157,7 @@ class MetricsService:
         server.start()
         self._server = server
         self._errors.pop("listen", None)
-        if self._log is not None:
-            self._log.info("metrics_listening", listen=self.settings.listen, path="/metrics")
+        self._log.info("metrics_listening", listen=self.settings.listen, path="/metrics")
 
     def _read_uuids(self) -> None:
         facts = self._gpu.facts()
@@ -185,9 +185,8 @@ class MetricsService:
         """Log a failure once, not at every attempt."""
         if self._errors.get(key) != error:
             self._errors[key] = error
-            if self._log is not None:
-                event = {"listen": "metrics_listen_failed", "textfile": "metrics_textfile_failed"}
-                self._log.error(event.get(key, "metrics_failed"), error=error)
+            event = {"listen": "metrics_listen_failed", "textfile": "metrics_textfile_failed"}
+            self._log.error(event.get(key, "metrics_failed"), error=error)
 
 
 def write_atomically(path: str, data: bytes) -> None:

@@ -18,31 +18,24 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError, NothingToCancel, SwitchFailed, SwitchInProgress, UnknownBackend
+from gpushift.host.nulllog import NULL_LOG
 from gpushift.ports import Ports
 from gpushift.switch import records
 from gpushift.switch.failure import FailurePolicy, close
 from gpushift.switch.hooks import SwitchHooks
+from gpushift.switch.phases import TransitionError
 from gpushift.switch.policy import running_backends
 from gpushift.switch.preflight import Preflight, already_there
-from gpushift.switch.run import Event, StepFailed, SwitchResult, SwitchRun
+from gpushift.switch.run import Event, Plan, StepFailed, SwitchResult, SwitchRun
 from gpushift.switch.steps import RunGuard, Steps
-from gpushift.values import (
-    OFF,
-    Caller,
-    EventKind,
-    HookEvent,
-    Outcome,
-    Phase,
-    SwitchRecord,
-    Trigger,
-    UnitState,
-)
+from gpushift.values import OFF, Caller, EventKind, HookEvent, Outcome, Phase, Trigger, UnitState
 
 Listener = Callable[[Event], None]
 
@@ -60,6 +53,13 @@ class Switcher:
         listener: called with every :class:`Event`, on the worker thread.
         log: a structlog-like logger (``log.info("event", key=value)``).
         version: gpushift's version, recorded in the ledger.
+        strict_transitions: a phase change the transition table does not allow raises (and ends the
+            switch as an internal error: tests); False (the daemon) logs ``switch_transition_invalid``
+            at error level and goes on (:mod:`gpushift.switch.phases`).
+
+    The runs are the switch's state: the one in flight (``current``), the last finished ones with
+    their results (``result``), and those finished since the keeper last looked
+    (``take_finished``).  Only this switcher and its helpers change a run.
     """
 
     def __init__(
@@ -69,11 +69,13 @@ class Switcher:
         listener: Listener | None = None,
         log: Any = None,
         version: str = "",
+        strict_transitions: bool = True,
     ) -> None:
         self.config = config
+        self.strict_transitions = strict_transitions
         self.ports = ports
         self.listeners: list[Listener] = [listener] if listener else []
-        self.log = log if log is not None else _NullLog()
+        self.log = log if log is not None else NULL_LOG
         self.version = version
         self._guard = RunGuard()
         self._lock = self._guard.lock
@@ -84,7 +86,8 @@ class Switcher:
         self.steps.on_failure = self.hooks.on_failure
         self._run: SwitchRun | None = None
         self._worker: threading.Thread | None = None
-        self._results: dict[str, SwitchResult] = {}
+        self._finished: dict[str, SwitchRun] = {}  # the last finished runs, by ticket
+        self._unseen: deque[SwitchRun] = deque(maxlen=_KEEP_RESULTS)  # finished, not yet taken
         # What gpushift itself last established (None: not known yet; adopt what runs).  Anything
         # else found running later was changed behind our back (the keeper's "external" rule).
         self._established: str | None = None
@@ -114,7 +117,16 @@ class Switcher:
         return running_backends({name: st.running for name, st in self.unit_states(config).items()})
 
     def result(self, ticket: str) -> SwitchResult | None:
-        return self._results.get(ticket)
+        run = self._finished.get(ticket)
+        return run.result if run is not None else None
+
+    def take_finished(self) -> list[SwitchRun]:
+        """The runs that finished since the last call, oldest first (each with its result and the
+        monotonic time it ended): the keeper's executor learns how its switches ended here."""
+        with self._lock:
+            out = list(self._unseen)
+            self._unseen.clear()
+        return out
 
     def snapshot(self) -> tuple[bool, str | None]:
         """(a switch is running, the backend gpushift last established) — read atomically."""
@@ -245,47 +257,63 @@ class Switcher:
                 self.log.error("listener_failed", ticket=event.ticket, error=repr(e))
 
     def _report(self, run: SwitchRun, phase: Phase, detail: str) -> None:
+        """The one way a run changes phase (through the transition table); every report is a
+        progress event, the first of a phase is its transition."""
         self._beat()
         with self._lock:
-            changed = run.phase is not phase
-            run.phase = phase
-            run.detail = detail
-        if changed and run.ledger_id is not None:
+            was = run.phase
+            try:
+                moved = run.advance(phase, detail)
+            except TransitionError as e:
+                if self.strict_transitions:
+                    raise
+                moved = run.advance(phase, detail, force=True)
+                bad: TransitionError | None = e
+            else:
+                bad = None
+        if bad is not None:
+            self.log.error("switch_transition_invalid", ticket=run.ticket, was=was.value, to=phase.value,
+                           error=str(bad))  # fmt: skip
+        if moved and run.ledger_id is not None:
             self.steps.persist(run)  # a daemon that dies now knows the phase it died in
         self.log.info("switch_phase", ticket=run.ticket, phase=phase.value, detail=detail)
         elapsed = self.ports.clock.monotonic() - run.started_mono
-        self._emit(Event(run.ticket, EventKind.PROGRESS, phase, detail, elapsed))
+        self._emit(Event(run.ticket, EventKind.PROGRESS, phase, detail, elapsed, was=was if moved else None))
 
     def _work(self, run: SwitchRun, config: Config) -> None:
-        rec_box: list[SwitchRecord] = []
         try:
-            result = self._switch(run, config, rec_box)
+            result = self._switch(run, config)
         except Exception as e:  # a bug: report it, never leave the slot taken or the row pending
-            result = self._crashed(run, rec_box[0] if rec_box else None, e)
-        self._results[run.ticket] = result
-        while len(self._results) > _KEEP_RESULTS:  # a long-running daemon keeps only recent ones
-            del self._results[next(iter(self._results))]
+            result = self._crashed(run, e)
         self._forget(run)
+        ended = self.ports.clock.monotonic()
         with self._lock:
+            was = run.phase
+            run.advance(Phase.DONE, result.message)  # every phase may end
+            run.result, run.ended_mono = result, ended
+            self._finished[run.ticket] = run
+            while len(self._finished) > _KEEP_RESULTS:  # a long-running daemon keeps only recent ones
+                del self._finished[next(iter(self._finished))]
+            self._unseen.append(run)
             self._run = None
             self._established = result.established_after(self._established)
         self.log.info("switch_finished", **result.to_dict())
-        elapsed = self.ports.clock.monotonic() - run.started_mono
-        self._emit(Event(run.ticket, EventKind.FINISHED, Phase.DONE, result.message, elapsed, result))
+        elapsed = ended - run.started_mono
+        self._emit(Event(run.ticket, EventKind.FINISHED, Phase.DONE, result.message, elapsed, result, was))
 
     def _forget(self, run: SwitchRun) -> None:
         """The run has ended (its row is complete): nothing is left to recover."""
         runs = self.ports.runs
         if runs is None:
             return
-        self.steps.forget_persisted()
         try:
             runs.clear()
         except OSError as e:
             self.log.error("run_store_clear_failed", ticket=run.ticket, error=str(e))
 
-    def _crashed(self, run: SwitchRun, rec: SwitchRecord | None, e: Exception) -> SwitchResult:
+    def _crashed(self, run: SwitchRun, e: Exception) -> SwitchResult:
         self.log.exception("switch_crashed", ticket=run.ticket, error=repr(e))
+        rec = run.record
         if rec is not None and rec.id is not None and rec.outcome == Outcome.PENDING.value:
             rec.outcome = Outcome.FAILED.value
             rec.failed_phase = run.phase.value
@@ -308,12 +336,40 @@ class Switcher:
             internal_error=True,
         )
 
-    def _switch(self, run: SwitchRun, config: Config, rec_box: list[SwitchRecord]) -> SwitchResult:
-        clock = self.ports.clock
-        steps = self.steps
-        target = run.target
+    def _switch(self, run: SwitchRun, config: Config) -> SwitchResult:
+        """The order of one switch: preflight, intent row, then the steps (or the failure policy)."""
+        ended = self._preflight(run, config)
+        if ended is not None:
+            return ended
+        plan = run.plan
+        assert plan is not None
+        rec = plan.record
+        # --- intent row before anything is stopped
+        self._report(run, Phase.INTENT, "ledger intent row")
+        rec.id = self.ports.ledger.begin(rec)
+        with self._lock:
+            run.ledger_id = rec.id
+        self.steps.persist(run)
+        try:
+            refused = self._stop_side(run, config, plan)
+            if refused is not None:
+                return refused
+            self._bring_up(run, config, plan)
+        except StepFailed as f:
+            return self.failure.handle(run, config, rec, f, plan.target)
+        except GpushiftError as e:  # an adapter said no (systemd refused a job, ...)
+            return self.failure.handle(run, config, rec, StepFailed(run.phase, str(e)), plan.target)
+        rec.outcome = Outcome.OK.value
+        rec.message = f"{run.target} is serving" if run.target != OFF else "every backend stopped; GPUs free"
+        if run.target != OFF:
+            self.preflight.learn(rec)
+        return close(self.steps, run, rec, True)
 
-        # --- preflight (nothing touched yet; every read is asked now)
+    def _preflight(self, run: SwitchRun, config: Config) -> SwitchResult | None:
+        """Nothing touched yet, every read asked now: the run's plan, or how the switch ends here
+        (nothing to do, or refused)."""
+        clock = self.ports.clock
+        target = run.target
         self._report(run, Phase.PREFLIGHT, f"checking {target}")
         t0 = clock.monotonic()
         states = self.unit_states(config)  # read once: what runs, the target's unit, the doctor's
@@ -331,97 +387,84 @@ class Switcher:
                 message=msg,
                 already=True,
             )
-        steps.persist(run)  # from here until the row is complete, a restarted daemon converges from it
+        self.steps.persist(run)  # from here until the row is complete, a restarted daemon converges from it
         plan = self.preflight.plan(run, config, running, states)
         rec = plan.record
-        rec_box.append(rec)
-        run.stopping = list(plan.to_stop)
-        rec.durations_s["preflight"] = round(clock.monotonic() - t0, 3)
-        if plan.refusal is not None:
-            rec.outcome = Outcome.REFUSED.value
-            rec.failed_phase = Phase.PREFLIGHT.value
-            rec.message = f"refused: {plan.refusal}"
-            rec.id = self.ports.ledger.begin(rec)
-            return close(steps, run, rec, False, plan.refusal_error, config)
-
-        # --- intent row before anything is stopped
-        self._report(run, Phase.INTENT, "ledger intent row")
-        rec.id = self.ports.ledger.begin(rec)
         with self._lock:
-            run.ledger_id = rec.id
-        steps.persist(run)
+            run.plan = plan
+            run.stopping = list(plan.to_stop)
+        rec.durations_s["preflight"] = round(clock.monotonic() - t0, 3)
+        if plan.refusal is None:
+            return None
+        rec.outcome = Outcome.REFUSED.value
+        rec.failed_phase = Phase.PREFLIGHT.value
+        rec.message = f"refused: {plan.refusal}"
+        rec.id = self.ports.ledger.begin(rec)
+        return close(self.steps, run, rec, False, plan.refusal_error, config)
 
-        target_cfg = plan.target
+    def _stop_side(self, run: SwitchRun, config: Config, plan: Plan) -> SwitchResult | None:
+        """The before_stop hook (a required one that fails refuses: nothing stopped yet), the drain
+        and the stops; the result when the hook refused."""
+        clock, steps, rec = self.ports.clock, self.steps, plan.record
+        steps.check_cancel(run, Phase.INTENT)  # a cancel during the preflight ends it here
+        refusal = self.hooks.before_stop(run, config, rec)
+        steps.check_cancel(run, Phase.HOOKS)
+        if refusal is not None:
+            rec.outcome = Outcome.REFUSED.value
+            rec.failed_phase = Phase.HOOKS.value
+            rec.message = f"refused: {refusal}"
+            self.log.warning("switch_refused_by_hook", ticket=run.ticket, message=rec.message)
+            return close(steps, run, rec, False, SwitchFailed.dbus_name(), config)
+        # --- drain
+        t0 = clock.monotonic()
+        drains = [steps.drain(run, config, config.backends[b]) for b in plan.to_stop]
+        if drains:
+            rec.extra["drain"] = drains
+        rec.durations_s["drain"] = round(clock.monotonic() - t0, 3)
+        # --- stop
+        t0 = clock.monotonic()
+        for b in plan.to_stop:
+            steps.check_cancel(run, Phase.STOP)
+            steps.stop(run, config, config.backends[b])
+        rec.durations_s["stop"] = round(clock.monotonic() - t0, 3)
+        return None
+
+    def _bring_up(self, run: SwitchRun, config: Config, plan: Plan) -> None:
+        """The VRAM gate, the start and readiness, the warm-up, the version, the after_ready hook."""
+        clock, steps, rec, target_cfg = self.ports.clock, self.steps, plan.record, plan.target
+        # A cancel that came during a stop job is not lost: the stops are done, so it is honoured
+        # as the gate begins (the failure policy brings the previous backend back).
+        steps.check_cancel(run, Phase.RELEASE)
         ready: UnitState | None = None
-        try:
-            steps.check_cancel(run, Phase.INTENT)  # a cancel during the preflight ends it here
-            # --- the before_stop hook (a required one that fails refuses: nothing stopped yet)
-            refusal = self.hooks.before_stop(run, config, rec)
-            steps.check_cancel(run, Phase.HOOKS)
-            if refusal is not None:
-                rec.outcome = Outcome.REFUSED.value
-                rec.failed_phase = Phase.HOOKS.value
-                rec.message = f"refused: {refusal}"
-                self.log.warning("switch_refused_by_hook", ticket=run.ticket, message=rec.message)
-                return close(steps, run, rec, False, SwitchFailed.dbus_name(), config)
-            # --- drain
+        if plan.target_running and target_cfg is not None:
+            # The target already runs (beside the others just stopped, or found running by a
+            # recovery): its own memory stays, so there is nothing to release and nothing to
+            # start; prove it answers.
+            ready = steps.wait_ready(run, config, target_cfg, rec.durations_s)
+        else:
+            # --- VRAM gate
             t0 = clock.monotonic()
-            drains = [steps.drain(run, config, config.backends[b]) for b in plan.to_stop]
-            if drains:
-                rec.extra["drain"] = drains
-            rec.durations_s["drain"] = round(clock.monotonic() - t0, 3)
-            # --- stop
-            t0 = clock.monotonic()
-            for b in plan.to_stop:
-                steps.check_cancel(run, Phase.STOP)
-                steps.stop(run, config, config.backends[b])
-            rec.durations_s["stop"] = round(clock.monotonic() - t0, 3)
-            # A cancel that came during a stop job is not lost: the stops are done, so it is honoured
-            # as the gate begins (the failure policy brings the previous backend back).
-            steps.check_cancel(run, Phase.RELEASE)
-            if plan.target_running and target_cfg is not None:
-                # The target already runs (beside the others just stopped, or found running by a
-                # recovery): its own memory stays, so there is nothing to release and nothing to
-                # start; prove it answers.
-                ready = steps.wait_ready(run, config, target_cfg, rec.durations_s)
-            else:
-                # --- VRAM gate
-                t0 = clock.monotonic()
-                released = steps.wait_released(run, config, plan.watched, f"for {target}")
-                rec.vram["released"] = [r.to_dict() for r in released]
-                rec.durations_s["release"] = round(clock.monotonic() - t0, 3)
-                if target_cfg is not None:
-                    steps.check_cancel(run, Phase.RELEASE)
-                    steps.persist(run)
-                    ready = steps.start_and_wait(run, config, target_cfg, rec.durations_s)
+            released = steps.wait_released(run, config, plan.watched, f"for {run.target}")
+            rec.vram["released"] = [r.to_dict() for r in released]
+            rec.durations_s["release"] = round(clock.monotonic() - t0, 3)
             if target_cfg is not None:
-                # The unit as read with its 200; after a warm-up request, as it runs now.
-                st = ready
-                if steps.warm_up(run, config, target_cfg, rec, ready) or st is None:
-                    st = self.ports.units.state(target_cfg.unit)
+                steps.check_cancel(run, Phase.RELEASE)
                 steps.persist(run)
-                steps.check_cancel(run, Phase.READY)
-                rec.vram["ready"] = [r.to_dict() for r in steps.readings(plan.watched)]
-                # --- version and the launch as it really runs
-                self._report(run, Phase.VERSION, f"asking {target} its version")
-                t0 = clock.monotonic()
-                steps.record_launch(rec, target_cfg, st)
-                rec.durations_s["version"] = round(clock.monotonic() - t0, 3)
-                # --- the after_ready hook, before the row is closed (a cancel during it: rollback)
-                self.hooks.run(HookEvent.AFTER_READY, run, config, rec, f"{target} is serving")
-                steps.check_cancel(run, Phase.HOOKS)
-        except StepFailed as f:
-            return self.failure.handle(run, config, rec, f, target_cfg)
-        except GpushiftError as e:  # an adapter said no (systemd refused a job, ...)
-            return self.failure.handle(run, config, rec, StepFailed(run.phase, str(e)), target_cfg)
-
-        rec.outcome = Outcome.OK.value
-        rec.message = f"{target} is serving" if target != OFF else "every backend stopped; GPUs free"
-        if target != OFF:
-            self.preflight.learn(rec)
-        return close(steps, run, rec, True)
-
-
-class _NullLog:
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *a, **k: None
+                ready = steps.start_and_wait(run, config, target_cfg, rec.durations_s)
+        if target_cfg is None:
+            return
+        # The unit as read with its 200; after a warm-up request, as it runs now.
+        st = ready
+        if steps.warm_up(run, config, target_cfg, rec, ready) or st is None:
+            st = self.ports.units.state(target_cfg.unit)
+        steps.persist(run)
+        steps.check_cancel(run, Phase.READY)
+        rec.vram["ready"] = [r.to_dict() for r in steps.readings(plan.watched)]
+        # --- version and the launch as it really runs
+        self._report(run, Phase.VERSION, f"asking {run.target} its version")
+        t0 = clock.monotonic()
+        steps.record_launch(rec, target_cfg, st)
+        rec.durations_s["version"] = round(clock.monotonic() - t0, 3)
+        # --- the after_ready hook, before the row is closed (a cancel during it: rollback)
+        self.hooks.run(HookEvent.AFTER_READY, run, config, rec, f"{run.target} is serving")
+        steps.check_cancel(run, Phase.HOOKS)

@@ -10,30 +10,17 @@ outcome ``refused``; nothing was touched.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from gpushift.config.schema import BackendConfig, Config
+from gpushift.config.schema import Config
 from gpushift.doctor.identity import identity_problems
-from gpushift.errors import GpushiftError, SwitchFailed, VramNotReleased
+from gpushift.errors import GpushiftError, VramNotReleased
 from gpushift.switch.policy import foreign_memory, gate_gpus
-from gpushift.switch.run import SwitchRun
+from gpushift.switch.run import Plan, SwitchRun
 from gpushift.switch.steps import Steps
-from gpushift.values import OFF, HostGpuFacts, Outcome, Phase, SwitchRecord, UnitState
+from gpushift.values import OFF, GpuReading, HostGpuFacts, Outcome, Phase, SwitchRecord, UnitState
 
-
-@dataclass
-class Plan:
-    """What one switch will do, decided in its preflight."""
-
-    record: SwitchRecord
-    running: list[str]  # backends running now, in config order
-    to_stop: list[str]  # those the switch stops
-    watched: tuple[int, ...]  # GPUs the VRAM gate watches
-    target: BackendConfig | None  # None for "off"
-    target_running: bool  # the target already runs beside others: keep it
-    refusal: str | None = None  # why the switch is refused (nothing touched)
-    refusal_error: str = SwitchFailed.dbus_name()
+__all__ = ["Plan", "Preflight", "already_there"]
 
 
 def already_there(target: str, running: list[str]) -> str | None:
@@ -100,31 +87,8 @@ class Preflight:
         # off the bus is still watched (and, unreadable, keeps the gate closed).  One read of every
         # GPU, with who holds what, serves both that list and the readings before the switch.
         now = {r.index: r for r in self.steps.readings(None)}
-        every_gpu = sorted(set(now) | set(known))
-        watched = gate_gpus(config, target, to_stop, every_gpu)
-        rec = SwitchRecord(
-            trigger=run.trigger.value,
-            requested_by=run.requested_by,
-            uid=run.uid,
-            reason=run.reason,
-            from_backend=run.from_backend,
-            to_backend=target,
-            started_at=run.started_at,
-            ticket=run.ticket,
-            gpushift_version=self.version,
-        )
-        if len(running) > 1:
-            rec.extra["running_before"] = running
-        rec.extra.update(run.details)
-        for source in self.row_facts:
-            try:
-                rec.extra.update(source(target))
-            except Exception as e:  # a fact source must never fail the switch
-                self.log.warning("row_facts_failed", source=repr(source), error=repr(e))
-        if run.relaunch:
-            rec.extra["relaunch"] = True
-        if run.recovery_attempt:
-            rec.extra["recovery_attempt"] = run.recovery_attempt
+        watched = gate_gpus(config, target, to_stop, sorted(set(now) | set(known)))
+        rec = self._record(run, running)
         target_cfg = config.backends.get(target) if target != OFF else None
         plan = Plan(rec, running, to_stop, watched, target_cfg, target in running and not run.relaunch)
         if target_cfg is not None:
@@ -151,18 +115,48 @@ class Preflight:
         before = [now[i] for i in watched]
         rec.vram["before"] = [r.to_dict() for r in before]
         if plan.refusal is None:
-            own = [*to_stop, *([target] if plan.target_running else [])]
-            own_units = {config.backends[b].unit for b in own}
-            own_pids: set[int] = set()
-            for b in own:
-                own_pids.update(ports.units.processes(config.backends[b].unit))
-            verdict = foreign_memory(
-                before, own_units, own_pids, config.gpu.residual_mib, ports.gpu.simulated
-            )
-            if not verdict.ok:
-                plan.refusal = verdict.message
-                plan.refusal_error = VramNotReleased.dbus_name()
+            self._foreign(plan, config, before)
         return plan
+
+    def _record(self, run: SwitchRun, running: list[str]) -> SwitchRecord:
+        """The run's ledger row as the preflight begins it (who, why, from, to, the row's facts)."""
+        rec = SwitchRecord(
+            trigger=run.trigger.value,
+            requested_by=run.requested_by,
+            uid=run.uid,
+            reason=run.reason,
+            from_backend=run.from_backend,
+            to_backend=run.target,
+            started_at=run.started_at,
+            ticket=run.ticket,
+            gpushift_version=self.version,
+        )
+        if len(running) > 1:
+            rec.extra["running_before"] = running
+        rec.extra.update(run.details)
+        for source in self.row_facts:
+            try:
+                rec.extra.update(source(run.target))
+            except Exception as e:  # a fact source must never fail the switch
+                self.log.warning("row_facts_failed", source=repr(source), error=repr(e))
+        if run.relaunch:
+            rec.extra["relaunch"] = True
+        if run.recovery_attempt:
+            rec.extra["recovery_attempt"] = run.recovery_attempt
+        return rec
+
+    def _foreign(self, plan: Plan, config: Config, before: list[GpuReading]) -> None:
+        """Refuse when the watched GPUs hold memory the backends being stopped do not account for."""
+        ports = self.ports
+        own = [*plan.to_stop, *([plan.record.to_backend] if plan.target_running else [])]
+        own_units = {config.backends[b].unit for b in own}
+        own_pids: set[int] = set()
+        for b in own:
+            own_pids.update(ports.units.processes(config.backends[b].unit))
+        verdict = foreign_memory(before, own_units, own_pids, config.gpu.residual_mib, ports.gpu.simulated)
+        if not verdict.ok:
+            plan.refusal = verdict.message
+            plan.refusal_error = VramNotReleased.dbus_name()
 
     def _consult_doctor(
         self,

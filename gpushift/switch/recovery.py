@@ -13,8 +13,9 @@ back (:class:`~gpushift.ports.RunStore`).  A daemon that starts and finds an unf
 3. gives up after :data:`MAX_RECOVERIES` recoveries in a row were interrupted: the host is left
    stopped (every backend unit stopped, nothing started) and held there until a person acts.
 
-:func:`plan` is pure (the run and the facts in, a :class:`RecoveryPlan` out); :func:`recover`
-carries it out through the switcher at daemon start.
+:func:`plan` is pure (the run and the facts in, a :class:`RecoveryPlan` out); :func:`prepare`
+reads the run and closes its row at daemon start; the recovery switch itself is a decision of the
+keeper's like every other switch (``Keeper.recover``, with :func:`announce`'s reason).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from gpushift.errors import GpushiftError
 from gpushift.switch.machine import Switcher
 from gpushift.switch.run import SwitchRun
-from gpushift.values import OFF, Caller, Outcome, SwitchRecord, Trigger
+from gpushift.values import OFF, Outcome, SwitchRecord, Trigger
 
 #: Recoveries interrupted in a row before the daemon stops trying and leaves the host stopped.
 MAX_RECOVERIES = 3
@@ -78,7 +79,7 @@ def prepare(
     """At daemon start, before anything else decides: read the unfinished run a previous daemon
     left (None: there is none), close its ledger row as ``interrupted``, and — when recoveries
     have been interrupted too often — give up: stop every backend and record it.  The recovery
-    switch itself is :func:`start`'s (after the daemon has closed any other unfinished row)."""
+    switch itself is the keeper's (after the daemon has closed any other unfinished row)."""
     runs = sw.ports.runs
     data = runs.load() if runs is not None else None
     if runs is None or data is None:
@@ -106,9 +107,9 @@ def prepare(
     return p
 
 
-def start(sw: Switcher, p: RecoveryPlan, log: Any) -> str:
-    """The recovery switch: to ``p.target`` through the full gate (a running target is verified:
-    health-checked and its launch recorded); returns its ticket."""
+def announce(p: RecoveryPlan, log: Any) -> str:
+    """Log that the recovery switch begins; returns the reason its switch (to ``p.target``, through
+    the full gate, a running target verified) is asked for with."""
     log.warning(
         "recovery_started",
         ticket=p.found.ticket,
@@ -117,14 +118,7 @@ def start(sw: Switcher, p: RecoveryPlan, log: Any) -> str:
         why=p.why,
         attempt=p.attempt,
     )
-    return sw.request(
-        p.target,
-        f"recovery after the daemon's restart: {p.why}",
-        Caller.daemon(),
-        Trigger.RECOVERY,
-        verify_running=True,
-        recovery_attempt=p.attempt,
-    )
+    return f"recovery after the daemon's restart: {p.why}"
 
 
 def _close_interrupted(sw: Switcher, p: RecoveryPlan, log: Any) -> None:

@@ -6,6 +6,13 @@ and its ledger row.  It is owned by the switcher while it runs, and it serialise
 (:meth:`SwitchRun.to_dict` / :meth:`SwitchRun.from_dict`) so that it can be written down at the
 points that matter and read back by a daemon that restarts in the middle of it.
 
+Beside what is written down, the run holds what only lives while it goes: its :class:`Plan` (what
+the preflight decided, with the ledger row being built — its timings, VRAM readings and evidence),
+the last state written to the run store, and at its end its :class:`SwitchResult` and when it
+ended.  Its phase changes only through :meth:`SwitchRun.advance`, which checks the transition
+table (:mod:`gpushift.switch.phases`); only the switcher (:mod:`gpushift.switch.machine`, with its
+steps, preflight, hooks and failure policy) changes a run.
+
 It ends in a :class:`SwitchResult`: a typed outcome instead of a dict, and the D-Bus ``Finished``
 signal carries its :meth:`SwitchResult.to_dict`.
 """
@@ -16,7 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpushift.values import OFF, EventKind, Outcome, Phase, Trigger
+from gpushift.config.schema import BackendConfig
+from gpushift.errors import SwitchFailed
+from gpushift.switch.phases import TransitionError, allowed
+from gpushift.values import OFF, EventKind, Outcome, Phase, SwitchRecord, Trigger
 
 
 class StepFailed(Exception):
@@ -39,6 +49,20 @@ class StepFailed(Exception):
         self.systemd_result = systemd_result
         self.vram = vram
         self.cancelled = cancelled
+
+
+@dataclass
+class Plan:
+    """What one switch will do, decided in its preflight (with the row it fills as it goes)."""
+
+    record: SwitchRecord
+    running: list[str]  # backends running now, in config order
+    to_stop: list[str]  # those the switch stops
+    watched: tuple[int, ...]  # GPUs the VRAM gate watches
+    target: BackendConfig | None  # None for "off"
+    target_running: bool  # the target already runs beside others: keep it
+    refusal: str | None = None  # why the switch is refused (nothing touched)
+    refusal_error: str = SwitchFailed.dbus_name()
 
 
 @dataclass
@@ -67,6 +91,31 @@ class SwitchRun:
     ledger_id: int | None = None
     rollback_to: str | None = None  # set once the failure policy rolls back
     details: dict[str, str] = field(default_factory=dict)  # facts for the row's extra (named keys)
+    # --- while it runs, never written down (not in to_dict):
+    plan: Plan | None = field(default=None, compare=False, repr=False)  # from the preflight on
+    persisted: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # last written
+    # --- once it ended:
+    result: SwitchResult | None = field(default=None, compare=False, repr=False)
+    ended_mono: float | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def record(self) -> SwitchRecord | None:
+        """The ledger row this run fills (None before its preflight)."""
+        return self.plan.record if self.plan is not None else None
+
+    def advance(self, phase: Phase, detail: str, force: bool = False) -> bool:
+        """Go to ``phase`` (with its detail line); True when that is a transition (a new phase).
+
+        Raises:
+            TransitionError: the table (:mod:`gpushift.switch.phases`) does not allow it (not with
+                ``force``: the daemon's switcher logs the error and goes on).
+        """
+        was = self.phase
+        if not force and not allowed(was, phase):
+            raise TransitionError(self.ticket, was, phase)
+        self.phase = phase
+        self.detail = detail
+        return was is not phase
 
     @property
     def cancel_requested(self) -> bool:
@@ -212,7 +261,10 @@ class SwitchResult:
 
 @dataclass(frozen=True)
 class Event:
-    """One thing a listener hears about a switch: a phase's progress, or its end (``result``)."""
+    """One thing a listener hears about a switch: a phase's progress, or its end (``result``).
+
+    Every transition of the table is one of these events (``was`` names the phase it left): the
+    first progress event of a phase, and the ``finished`` one (to ``done``)."""
 
     ticket: str
     kind: EventKind
@@ -220,6 +272,7 @@ class Event:
     detail: str
     elapsed_s: float
     result: SwitchResult | None = None
+    was: Phase | None = None  # the phase this event's transition left (None: no transition)
 
     @property
     def ok(self) -> bool:

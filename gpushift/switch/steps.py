@@ -94,7 +94,6 @@ class Steps:
         self.report = report
         self.beat = beat
         self.on_failure: OnFailure | None = None  # set by the Switcher
-        self._persisted: dict[str, Any] | None = None  # the last run written (its detail left out)
 
     # ------------------------------------------------------------------ reads
 
@@ -124,19 +123,16 @@ class Steps:
         with self.guard.lock:
             data = run.to_dict()
         # What recovery reads is all but the detail line: a write that would change only that line
-        # (the explicit writes right after a phase's own) is skipped.
+        # (the explicit writes right after a phase's own) is skipped.  The run keeps what was last
+        # written of it (``run.persisted``).
         same = {**data, "detail": None}
-        if same == self._persisted:
+        if same == run.persisted:
             return
         try:
             runs.save(data)
-            self._persisted = same
+            run.persisted = same
         except OSError as e:
             self.report(run, run.phase, f"warning: cannot write the switch down for crash recovery: {e}")
-
-    def forget_persisted(self) -> None:
-        """The run store was cleared: the next :meth:`persist` writes whatever it is given."""
-        self._persisted = None
 
     # ------------------------------------------------------------------ steps
 

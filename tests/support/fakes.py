@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,6 +22,7 @@ from typing import Any
 
 from gpushift.config.schema import Config, parse
 from gpushift.errors import GpushiftError
+from gpushift.keeper.override import Override
 from gpushift.ports import Ports, states_one_by_one
 from gpushift.switch import Event, Switcher, SwitchResult
 from gpushift.values import (
@@ -713,6 +715,25 @@ class FakeRunStore:
     def clear(self) -> None:
         self.data = None
         self.log.add("runs.clear")
+
+
+class MemoryOverrideStore:
+    """The keeper's OverrideStore port in memory, keeping exactly what JsonOverrideStore would write."""
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+        self.saves: list[Override | None] = []
+
+    def load(self) -> Override | None:
+        if not self.text:
+            return None
+        data = json.loads(self.text)
+        return Override.from_dict(data) if data else None
+
+    def save(self, override: Override | None) -> None:
+        # Through JSON: a restart sees only what survives serialisation (aware datetimes included).
+        self.text = json.dumps(override.to_dict() if override else {})
+        self.saves.append(override)
 
 
 class FakeHost:

@@ -62,6 +62,7 @@ WEIGHTS: dict[str, int] = {
     "clock_jump": 6,
     "ledger_disk_full": 3,
     "ledger_replaced": 4,
+    "listener_flood": 3,
 }
 
 #: The phases a switch reports, in order; the soak kills the daemon or cancels in one of them.
@@ -69,7 +70,18 @@ PHASES = ["preflight", "intent", "drain", "stop", "release", "start", "ready", "
 KILL_PHASES = ["idle", "preflight", "drain", "stop", "release", "start", "ready", "version"]
 CANCEL_PHASES = ["preflight", "drain", "stop", "release", "start", "ready"]
 
-INVARIANTS = ("one_backend", "vram_free_at_start", "launch_recorded", "ledger_verify", "serves_wanted")
+INVARIANTS = (
+    "one_backend",
+    "vram_free_at_start",
+    "launch_recorded",
+    "ledger_verify",
+    "serves_wanted",
+    "daemon_survives",
+)
+
+#: The listener flood: idle connections held open on /metrics while a switch runs (the listener
+#: keeps at most 64 of them; the rest wait in the kernel's accept queue or are refused).
+FLOOD_CONNECTIONS = 400
 
 #: The schedule the soak's daemon runs: ``a`` from 06:00, ``b`` from 18:00 (UTC, every day).
 SCHEDULE_TEXT = "TZ=UTC\n0 6 * * * a\n0 18 * * * b\n"
@@ -418,6 +430,39 @@ class Soak:
         finally:
             holder.terminate()
             holder.wait(10)
+
+    def ev_listener_flood(self) -> None:
+        """Hundreds of idle connections and one client trickling its request head, held on /metrics
+        while a switch runs: the daemon keeps its PID (it aborted when descriptors ran out) and the
+        switch and a status still answer."""
+        import socket
+
+        host, _, port = self.env.metrics_listen.rpartition(":")
+        pid, restarts = self.daemon_pid(), self.env.sb.show("gpushift.service", "NRestarts")["NRestarts"]
+        held: list[socket.socket] = []
+        try:
+            for _ in range(FLOOD_CONNECTIONS):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setblocking(False)
+                with contextlib.suppress(BlockingIOError, OSError):
+                    s.connect((host.strip("[]"), int(port)))
+                held.append(s)
+            slow = held[0]
+            with contextlib.suppress(OSError):
+                slow.send(b"GET /metr")  # a head that never ends
+            self.ev_switch()
+            st = self.status_or_none()
+            self.check("daemon_survives", st is not None, "status did not answer during a /metrics flood")
+        finally:
+            for s in held:
+                s.close()
+        now = self.env.sb.show("gpushift.service", "MainPID", "NRestarts")
+        self.check(
+            "daemon_survives",
+            now["MainPID"] == str(pid) and now["NRestarts"] == restarts,
+            f"the daemon was restarted during a /metrics flood (pid {pid} -> {now['MainPID']}, "
+            f"restarts {restarts} -> {now['NRestarts']})",
+        )
 
     def ev_reload_good(self) -> None:
         # a key a reload applies (backends and the GPU provider need a restart: a reload refuses them)

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpushift_unit_fakes import MemoryOverrideStore  # loaded by tests/unit/conftest.py
 
 from gpushift.errors import GpushiftError
 from gpushift.keeper import Keeper, Override, OverrideStore
+from gpushift.keeper.decide import Ask
 from gpushift.keeper.store import JsonOverrideStore
 from gpushift.schedule import Schedule, parse_schedule
 from gpushift.switch import Switcher
@@ -61,25 +63,6 @@ MONDAY_NOON = utc(2, 12)
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class MemoryOverrideStore:
-    """The OverrideStore port in memory, keeping exactly what JsonOverrideStore would write."""
-
-    def __init__(self) -> None:
-        self.text: str | None = None
-        self.saves: list[Override | None] = []
-
-    def load(self) -> Override | None:
-        if not self.text:
-            return None
-        data = json.loads(self.text)
-        return Override.from_dict(data) if data else None
-
-    def save(self, override: Override | None) -> None:
-        # Through JSON: a restart sees only what survives serialisation (aware datetimes included).
-        self.text = json.dumps(override.to_dict() if override else {})
-        self.saves.append(override)
 
 
 class Wall:
@@ -170,10 +153,14 @@ class Rig:
     def manual(
         self, backend: str, hold: bool = False, until: datetime | None = None, reason: str = "by hand"
     ) -> Override:
-        """``gpushift switch`` as the daemon does it: the switch is asked for, then the override kept."""
-        res = self.world.switch(backend, reason=reason, user="alice")
-        assert res.ok, res
-        return self.keeper.manual(backend, ALICE, hold, until, reason)
+        """``gpushift switch`` as the daemon does it: the keeper decides it (the switch asked for,
+        then the override kept) and its executor asks the switcher."""
+        ticket, ov = self.keeper.ask(Ask(backend, reason, ALICE, hold=hold, until=until))
+        assert ticket is not None and ov is not None
+        self.settle()
+        res = self.world.switcher.result(ticket)
+        assert res is not None and res.ok, res
+        return ov
 
     def keeper_requests(self) -> list[tuple[str, str]]:
         """The switches the keeper asked for (not people's): (target, trigger)."""
@@ -750,8 +737,13 @@ def test_keeper_next_wakeup_during_a_hold_is_the_next_boundary(rig: Callable[...
 def test_keeper_failed_manual_switch_keeps_override_on_what_runs(world: Any) -> None:
     store = MemoryOverrideStore()
     keeper = Keeper(world.switcher, None, store, now=world.clock.now, monotonic=world.clock.monotonic)
-    keeper.manual("night", Caller(uid=0, user="root"), hold=True, until=None, reason="try night")
-    keeper.manual_failed("night")  # the switch rolled back: day still serves
+    world.probe.set_health(world.url("night"), ok_after=None, before=503)  # night never answers
+    ticket, ov = keeper.ask(Ask("night", "try night", Caller(uid=0, user="root"), hold=True))
+    assert ov is not None and ov.backend == "night"  # kept at once, as the person asked
+    assert ticket is not None and world.switcher.wait(20)
+    res = world.switcher.result(ticket)
+    assert res is not None and res.outcome is Outcome.ROLLED_BACK  # day serves again
+    keeper.tick()  # the keeper's first look after the switch (the daemon's, before Finished)
     assert keeper.override is not None and keeper.override.backend == "day" and keeper.override.mode == "hold"
     assert "failed" in keeper.override.reason
     assert store.load().backend == "day"

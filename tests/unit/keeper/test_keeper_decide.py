@@ -14,17 +14,20 @@ from typing import Any
 from gpushift.keeper import Attempts, Decision, Override, Snapshot, WatchSettings, decide
 from gpushift.keeper.decide import (
     Adopt,
+    Ask,
+    Ended,
     Log,
     RecordExternal,
     RecordIncident,
     RecordRelaunch,
+    Relaunch,
     SetOverride,
     Switch,
     after_result,
 )
 from gpushift.keeper.watch import Incident
 from gpushift.schedule import parse_schedule
-from gpushift.values import OFF, Mode, Outcome, OverrideSource, Trigger
+from gpushift.values import OFF, Caller, Mode, Outcome, OverrideSource, Trigger
 
 UTC = timezone.utc
 SCHEDULE = parse_schedule(
@@ -291,3 +294,91 @@ def test_decide_manual_switch_is_deferred_only_with_when_idle() -> None:
     ov = Override(Mode.OVERRIDE, "night", utc(2, 20), "alice", utc(2, 12), when_idle=True)
     d = decide(snap(override=ov, in_flight=2))
     assert switches(d) == [] and d.deferral is not None and d.deferral.limit_s == 600
+
+
+# --------------------------------------------------------------------------- switches asked for
+
+
+ALICE = Caller(uid=1000, user="alice", pid=77)
+
+
+def test_decide_a_persons_switch_is_asked_for_first_then_its_override_kept() -> None:
+    # Monday noon, day serving: `gpushift switch night` keeps night until the next boundary (20:00).
+    old = Relaunch("day", utc(2, 11), "wedged", restart=True)
+    d = decide(snap(asked=Ask("night", "demo", ALICE), blocked="gave up on day", relaunch=old))
+    sw, keep = d.actions  # the order matters: a refused switch (SwitchInProgress) keeps nothing
+    assert isinstance(sw, Switch) and isinstance(keep, SetOverride)
+    assert (sw.target, sw.trigger, sw.caller, sw.reason) == ("night", Trigger.MANUAL, ALICE, "demo")
+    assert (sw.skip_drain, sw.relaunch, sw.verify_running) == (False, False, False)
+    assert keep.override == Override(Mode.OVERRIDE, "night", utc(2, 20), "alice", utc(2, 12), "demo")
+    assert d.blocked is None and d.relaunch is None, "a person acted: no stale 'gave up', no relaunch"
+
+
+def test_decide_a_persons_switch_with_hold_until_now_and_restart() -> None:
+    (sw, keep) = decide(snap(asked=Ask("night", "", ALICE, hold=True, skip_drain=True))).actions
+    assert isinstance(keep, SetOverride) and keep.override is not None and keep.override.mode is Mode.HOLD
+    assert isinstance(sw, Switch) and sw.skip_drain
+    (sw, keep) = decide(snap(asked=Ask("day", "", ALICE, until=utc(2, 15), relaunch=True))).actions
+    assert isinstance(keep, SetOverride) and keep.override is not None and keep.override.until == utc(2, 15)
+    assert isinstance(sw, Switch) and sw.relaunch and not sw.verify_running  # --restart: the whole gate
+
+
+def test_decide_a_persons_switch_when_idle_only_keeps_the_override() -> None:
+    d = decide(snap(asked=Ask("night", "after the batch", ALICE, when_idle=True)))
+    (keep,) = d.actions
+    assert isinstance(keep, SetOverride) and keep.override is not None and keep.override.when_idle
+    assert switches(d) == [], "the rules switch once day is idle"
+
+
+def test_decide_a_persons_switch_while_busy_is_still_asked_for() -> None:
+    # The switcher answers SwitchInProgress itself (at once, naming the switch in flight).
+    assert switches(decide(snap(busy=True, asked=Ask("night", "", ALICE)))) == [("night", Trigger.MANUAL)]
+
+
+def test_decide_recovery_at_daemon_start_verifies_its_target_and_keeps_the_override() -> None:
+    ov = Override(Mode.HOLD, "night", None, "alice", utc(2, 11))
+    d = decide(snap(override=ov, asked=Ask("night", "recovery: died", Caller.daemon(), Trigger.RECOVERY,
+                                         recovery_attempt=2)))  # fmt: skip
+    (sw,) = d.actions
+    assert isinstance(sw, Switch) and (sw.trigger, sw.verify_running, sw.recovery_attempt) == (
+        Trigger.RECOVERY,
+        True,
+        2,
+    )
+    assert sw.caller == Caller.daemon()
+
+
+def test_decide_a_persons_failed_switch_leaves_the_override_on_what_runs() -> None:
+    ov = Override(Mode.HOLD, "night", None, "alice", utc(2, 11), "try night")
+    failed = Ended("night", Trigger.MANUAL, ok=False, message="rolled back", ended_mono=990.0)
+    d = decide(snap(override=ov, ended=(failed,)))  # day serves again (rolled back)
+    assert of(d, SetOverride) == [
+        SetOverride(replace(ov, backend="day", reason="try night (switch to night failed)"))
+    ]
+    assert d.attempts is None, "a person's switch is no attempt of the keeper's"
+    ok = Ended("night", Trigger.MANUAL, ok=True, message="night is serving", ended_mono=990.0)
+    assert (
+        of(
+            decide(snap(override=replace(ov), running=("night",), established="night", ended=(ok,))),
+            SetOverride,
+        )
+        == []
+    )
+
+
+def test_decide_a_failed_switch_of_the_keepers_counts_as_an_attempt_from_when_it_ended() -> None:
+    a = Attempts(utc(2, 20), "night")
+    failed = Ended("night", Trigger.SCHEDULE, ok=False, message="night: health 503", ended_mono=1000.0)
+    d = decide(snap(now=utc(2, 20, 1), mono=1010.0, attempts=a, ended=(failed,)))
+    assert switches(d) == [] and d.summary == "retrying night in 20s"
+    assert d.attempts is not None and (d.attempts.failures, d.attempts.last_failure_mono) == (1, 1000.0)
+    # while a switch runs, the end is still taken into account
+    d = decide(snap(now=utc(2, 20, 1), mono=1010.0, attempts=a, ended=(failed,), busy=True))
+    assert d.attempts is not None and d.attempts.failures == 1
+
+
+def test_decide_a_backend_brought_back_ends_its_relaunch() -> None:
+    r = Relaunch("day", utc(2, 11), "day exited by itself", restart=False)
+    back = Ended("day", Trigger.RECOVERY, ok=True, message="day is serving", ended_mono=990.0)
+    d = decide(snap(relaunch=r, ended=(back,), schedule=None))
+    assert d.relaunch is None and switches(d) == []

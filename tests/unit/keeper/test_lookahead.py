@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gpushift.keeper import Coming, Keeper, Override, coming_switch
+from gpushift.keeper.decide import Ask
 from gpushift.keeper.lookahead import Consumer, LookAhead, SchedulerTimer
 from gpushift.schedule import Schedule, parse_schedule
 from gpushift.values import Caller, Mode
@@ -84,10 +85,16 @@ def test_an_override_of_the_backend_the_schedule_wants_at_its_end_waits_for_the_
 
 
 class _Switcher:
-    """The little of a switcher the keeper's constructor and ``coming_switch`` touch."""
+    """The little of a switcher the keeper's constructor, ``coming_switch`` and a person's switch touch."""
 
     def add_listener(self, listener: Callable[..., None]) -> None:
         pass
+
+    def snapshot(self) -> tuple[bool, str | None]:
+        return False, "day"
+
+    def request(self, target: str, *args: Any, **kw: Any) -> str:
+        return f"ticket-{target}"
 
 
 class _Store:
@@ -106,7 +113,8 @@ def test_the_keepers_coming_switch_follows_a_persons_hold_and_resume_of_it() -> 
     keeper = Keeper(_Switcher(), schedule(), _Store(), now=lambda: now[0], monotonic=lambda: 0.0)  # type: ignore[arg-type]
     c = keeper.coming_switch()
     assert c is not None and (c.at, c.target) == (utc(2, 20), "night")
-    keeper.manual("night", Caller(uid=1000, user="alice", pid=1), hold=True, until=None, reason="")
+    ticket, _ov = keeper.ask(Ask("night", "", Caller(uid=1000, user="alice", pid=1), hold=True))
+    assert ticket == "ticket-night"
     assert keeper.coming_switch() is None
     keeper.override = None  # what resume leaves (its tick needs a real switcher)
     c = keeper.coming_switch()

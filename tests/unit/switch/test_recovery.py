@@ -12,8 +12,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from gpushift_unit_fakes import MemoryOverrideStore  # loaded by tests/unit/conftest.py
 
 from gpushift.errors import CancelRefused
+from gpushift.keeper import Keeper
 from gpushift.switch import Switcher, SwitchRun, recovery
 from gpushift.values import OFF, Caller, Outcome, Phase, SwitchRecord, Trigger
 
@@ -78,14 +80,17 @@ def died_in(
 
 
 def restart(world: Any, override: str | None = None, wants: str | None = None) -> tuple[Any, Log]:
-    """The daemon starts again: a new Switcher on the same ports, then converge."""
+    """The daemon starts again: a new Switcher on the same ports, then converge (the recovery
+    switch is the keeper's decision, as ``Daemon.converge`` asks it)."""
     log = Log()
     world.switcher = Switcher(
         world.config, world.ports, listener=world._listen, log=log, version="0.0.0-test"
     )
     plan = recovery.prepare(world.switcher, override, wants, log)
     if plan is not None and not plan.give_up:
-        recovery.start(world.switcher, plan, log)
+        clock = world.clock
+        keeper = Keeper(world.switcher, None, MemoryOverrideStore(), now=clock.now, monotonic=clock.monotonic)
+        keeper.recover(plan.target, recovery.announce(plan, log), plan.attempt)
         assert world.switcher.wait(20)
     return plan, log
 
