@@ -146,7 +146,8 @@ def _serving_lines(s: dict[str, Any], no_systemd: bool = False) -> list[str]:
         if sched.get("wants"):
             exc = sched.get("exception")
             exc_text = (
-                f" (calendar exception {known(exc.get('name'))} until {local_time(exc.get('until_local'))})"
+                # until_local stays ISO 8601 until docs/schedule.md's example of this line says otherwise
+                f" (calendar exception {known(exc.get('name'))} until {known(exc.get('until_local'))})"
                 if isinstance(exc, dict)
                 else ""
             )
@@ -172,7 +173,9 @@ def _health_text(h: dict[str, Any] | None, in_flight: dict[str, Any] | None, pai
         text = "health unknown" + (f": {h['detail']}" if h.get("detail") else "")
     else:
         failing = (
-            f" for {h['failing_for_s']:.1f}s" if isinstance(h.get("failing_for_s"), (int, float)) else ""
+            f" for {h['failing_for_s']:.1f}s"
+            if isinstance(h.get("failing_for_s"), (int, float)) and h["failing_for_s"]
+            else ""
         )
         what = " ".join(str(x) for x in (h.get("status"), h.get("detail")) if x)
         text = f"health {paint('FAILING')}{failing}" + (f": {what}" if what else "")
