@@ -29,6 +29,41 @@ SWITCH_CALL_TIMEOUT_S = 30.0
 #: While following a switch, the daemon's bus name is asked about at least this often.
 OWNER_CHECK_S = 2.0
 UNKNOWN_METHOD = "org.freedesktop.DBus.Error.UnknownMethod"
+#: The bus's answers that mean nobody owns the daemon's name: it is not running (on this bus).
+NOBODY_OWNS = frozenset(
+    {"org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner"}
+)
+
+
+def start_command(bus_kind: str) -> str:
+    """The command that starts the daemon where the CLI looks for it."""
+    return "systemctl start gpushift" if bus_kind == "system" else "systemctl --user start gpushift"
+
+
+def no_daemon(bus_kind: str, why: str = "") -> DaemonUnavailable:
+    """ "No daemon to ask", with what to do: start gpushift.service, or name the bus it runs on.
+
+    ``why``: why the bus itself could not be reached (empty: the bus answered that nobody owns the
+    daemon's name)."""
+    todo = f"start it with `{start_command(bus_kind)}`, or set `[daemon] bus` in the config to the bus it runs on"
+    if why:
+        return DaemonUnavailable(
+            f"the gpushift daemon (gpushift.service) is not running: cannot connect to the {bus_kind} bus "
+            f"({why}); {todo}"
+        )
+    return DaemonUnavailable(
+        f"the gpushift daemon (gpushift.service) is not running on the {bus_kind} bus: {todo}"
+    )
+
+
+def connect_failure(e: BaseException) -> str:
+    """Why opening the bus failed, in words (no exception repr): jeepney raises a ``KeyError``
+    naming the variable for a session bus without ``$DBUS_SESSION_BUS_ADDRESS``."""
+    if isinstance(e, KeyError) and e.args:
+        return f"${e.args[0]} is not set"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
 
 
 def get_status(bus_kind: str, timeout_s: float = CALL_TIMEOUT_S) -> dict[str, Any]:
@@ -40,7 +75,7 @@ def get_status(bus_kind: str, timeout_s: float = CALL_TIMEOUT_S) -> dict[str, An
     """
     conn = _connect(bus_kind)
     try:
-        (text,) = _call(conn, "GetStatus", timeout_s=timeout_s)
+        (text,) = _call(conn, "GetStatus", timeout_s=timeout_s, bus_kind=bus_kind)
     except _Remote as e:  # no GetStatus at all: not a gpushift daemon
         raise from_dbus(e.name, str(e)) from None
     finally:
@@ -54,7 +89,7 @@ def _connect(bus_kind: str) -> Any:
     try:
         return open_dbus_connection(bus="SYSTEM" if bus_kind == "system" else "SESSION")
     except (OSError, KeyError, ValueError) as e:
-        raise DaemonUnavailable(f"cannot connect to the {bus_kind} bus: {e}") from None
+        raise no_daemon(bus_kind, connect_failure(e)) from None
 
 
 def _call(
@@ -63,6 +98,7 @@ def _call(
     signature: str | None = None,
     body: tuple[Any, ...] = (),
     timeout_s: float = CALL_TIMEOUT_S,
+    bus_kind: str = "system",
 ) -> Any:
     """One method call on the daemon: its body, or the matching gpushift error."""
     from jeepney import DBusAddress, new_method_call
@@ -74,10 +110,12 @@ def _call(
             conn.send_and_get_reply(new_method_call(address, member, signature, body), timeout=timeout_s)
         )
     except DBusErrorResponse as e:
+        if e.name in NOBODY_OWNS:
+            raise no_daemon(bus_kind) from None
         raise _remote(e) from None
     except TimeoutError:
         if _owner(conn) is None:
-            raise DaemonUnavailable("the gpushift daemon is not running on this bus") from None
+            raise no_daemon(bus_kind) from None
         raise DaemonUnavailable(not_answering(f"no answer to {member} within {timeout_s:g} s")) from None
 
 
@@ -105,15 +143,20 @@ def _owner(conn: Any) -> str | None:
         return None
 
 
-def _switch_call(conn: Any, backend: str, options: dict[str, Any]) -> str:
+def _switch_call(conn: Any, backend: str, options: dict[str, Any], bus_kind: str) -> str:
     """``SwitchTo`` with typed options; ``SwitchWithOptions`` (JSON) for a daemon older than it."""
     typed = variant_types(options)  # {key: (signature, value)}: jeepney's form of a variant
     try:
-        (ticket,) = _call(conn, "SwitchTo", "sa{sv}", (backend, typed), SWITCH_CALL_TIMEOUT_S)
+        (ticket,) = _call(conn, "SwitchTo", "sa{sv}", (backend, typed), SWITCH_CALL_TIMEOUT_S, bus_kind)
     except _Remote:  # an older daemon, upgraded on disk but not restarted
         try:
             (ticket,) = _call(
-                conn, "SwitchWithOptions", "ss", (backend, json.dumps(options)), SWITCH_CALL_TIMEOUT_S
+                conn,
+                "SwitchWithOptions",
+                "ss",
+                (backend, json.dumps(options)),
+                SWITCH_CALL_TIMEOUT_S,
+                bus_kind,
             )
         except _Remote as e:
             raise DaemonUnavailable(f"the daemon on the bus does not offer a switch method: {e}") from None
@@ -141,10 +184,10 @@ def switch(
     conn = _connect(bus_kind)
     try:
         if not wait:
-            return {"ticket": _switch_call(conn, backend, options), "queued": True}
+            return {"ticket": _switch_call(conn, backend, options, bus_kind), "queued": True}
         owner = _owner(conn)
         if owner is None:
-            raise DaemonUnavailable("the gpushift daemon is not running on this bus")
+            raise no_daemon(bus_kind)
         ours = MatchRule(type="signal", sender=BUS_NAME, interface=INTERFACE, path=OBJECT_PATH)
         # The messages themselves carry the owner's unique name as their sender, not BUS_NAME.
         ours_here = MatchRule(type="signal", sender=owner, interface=INTERFACE, path=OBJECT_PATH)
@@ -159,7 +202,7 @@ def switch(
         ):
             bus.AddMatch(ours)
             bus.AddMatch(gone)
-            ticket = _switch_call(conn, backend, options)
+            ticket = _switch_call(conn, backend, options, bus_kind)
             while True:
                 while inbox:
                     msg = inbox.popleft()

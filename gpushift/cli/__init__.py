@@ -27,17 +27,17 @@ _LAZY = {
     "ledger": (
         "gpushift.cli.ledger",
         "ledger",
-        "Read the deployment ledger (list, show, diff, export, verify).",
+        "List the ledger of every switch and launch.",
     ),
     "schedule": (
         "gpushift.cli.schedule",
         "schedule",
-        "Show the next switches of the schedule; check a file.",
+        "List the next switches of the schedule.",
     ),
     "check": (
         "gpushift.cli.check",
         "check",
-        "Preflight doctor: check config, schedule, units and GPU facts.",
+        "Check config, units and GPUs before a switch.",
     ),
 }
 
@@ -166,7 +166,7 @@ def main(ctx: click.Context, config_path: str | None) -> None:
     ctx.obj["config_path"] = config_path
 
 
-@main.command()
+@main.command(short_help="Run the daemon in the foreground.")
 @click.pass_context
 def daemon(ctx: click.Context) -> None:
     """Run the daemon in the foreground (what units/gpushift.service runs).
@@ -202,10 +202,14 @@ def _local_status(ctx: click.Context, why: str) -> dict[str, Any]:
             "last_switch": None,
             "error": str(e),
         }
-    return wiring.status_report(comps, daemon)
+    report = wiring.status_report(comps, daemon)
+    ledger = report.get("ledger") or {}
+    if ledger.get("state") == "ok" and not os.path.lexists(cfg.ledger_path):  # nothing read: none yet
+        report["ledger"] = {**ledger, "state": "absent", "path": cfg.ledger_path}
+    return report
 
 
-@main.command()
+@main.command(short_help="Show what serves, the GPUs, the last switch.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (for scripts).")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
@@ -241,7 +245,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
 # ------------------------------------------------------------------ switch
 
 
-@main.command()
+@main.command(short_help="Switch the GPUs to a backend, or off.")
 @click.argument("backend", type=params.BACKEND)
 @click.option("--reason", default="", type=params.REASON, help="Why (recorded in the ledger; one line).")
 @click.option("--no-wait", is_flag=True, help="Queue the switch and print its ticket; do not follow it.")
@@ -317,7 +321,7 @@ def switch(
     _leave(switching.say_finished(result, t0, as_json))
 
 
-@main.command()
+@main.command(short_help="Abort the switch in progress.")
 @click.pass_context
 def cancel(ctx: click.Context) -> None:
     """Abort the switch in progress (the failure policy then applies: rollback or stay).
@@ -336,7 +340,7 @@ def cancel(ctx: click.Context) -> None:
     say(f"cancelling switch {terminal.escape(ticket)}")
 
 
-@main.command()
+@main.command(short_help="Drop an override; obey the schedule again.")
 @click.pass_context
 def resume(ctx: click.Context) -> None:
     """Drop a manual override and obey the schedule again at once (switching if needed).
@@ -353,7 +357,7 @@ def resume(ctx: click.Context) -> None:
         _fail(e)
 
 
-@main.command()
+@main.command(short_help="Make the daemon re-read config and schedule.")
 @click.pass_context
 def reload(ctx: click.Context) -> None:
     """Make the daemon re-read config and schedule; waits until done (systemd's ExecReload=).

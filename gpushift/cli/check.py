@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from gpushift.cli.output import say, say_json
+from gpushift.cli.status_text import known
 from gpushift.safetext import redact, terminal
 
 
@@ -190,6 +191,24 @@ def _collect(config_path: str | None) -> dict[str, Any]:
     return report
 
 
+def _gpu_line(g: dict[str, Any]) -> str:
+    """The GPU facts in one line: driver, CUDA and each GPU, or why they could not be read."""
+    sim = " (SIMULATED)" if g.get("simulated") else ""
+    names = ", ".join(
+        f"GPU {known(x.get('index'))} {known(x.get('name'))} sm_{known(x.get('compute_capability')).replace('.', '')}"
+        for x in g.get("gpus") or []
+    )
+    versions = [
+        f"{what} {g[key]}"
+        for what, key in (("driver", "driver_version"), ("CUDA", "cuda_version"))
+        if g.get(key)
+    ]
+    if g.get("error") and not names and not versions:  # nothing was read: say why, not "None"
+        return f"GPUs{sim}  UNREADABLE: {g['error']}"
+    facts = ", ".join(versions or ["driver and CUDA version unknown"])
+    return f"GPUs{sim}  {facts}: {names or 'none'}" + (f"  ERROR: {g['error']}" if g.get("error") else "")
+
+
 def _render(r: dict[str, Any]) -> str:
     lines = []
     c = r["config"]
@@ -208,17 +227,7 @@ def _render(r: dict[str, Any]) -> str:
         lines.append(f"{d['setting']:<9} {d['path']}: {state}")
     if r.get("systemd_error"):
         lines.append(f"systemd   UNREACHABLE: {r['systemd_error']}")
-    g = r.get("gpu") or {}
-    sim = " (SIMULATED)" if g.get("simulated") else ""
-    gpus = g.get("gpus") or []
-    names = ", ".join(
-        f"GPU {x['index']} {x['name']} sm_{(x.get('compute_capability') or '?').replace('.', '')}"
-        for x in gpus
-    )
-    lines.append(
-        f"GPUs{sim}  driver {g.get('driver_version')}, CUDA {g.get('cuda_version')}: {names or 'none'}"
-        + (f"  ERROR: {g['error']}" if g.get("error") else "")
-    )
+    lines.append(_gpu_line(r.get("gpu") or {}))
     by_backend: dict[str, list[dict[str, str]]] = {}
     for f in r["findings"]:
         by_backend.setdefault(f["backend"], []).append(f)
@@ -243,7 +252,7 @@ def _render(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.command()
+@click.command(short_help="Check config, units and GPUs before a switch.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object (stable keys).")
 @click.pass_context
 def check(ctx: click.Context, as_json: bool) -> None:

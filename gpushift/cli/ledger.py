@@ -68,7 +68,12 @@ def _json(value: Any) -> str:
 # --------------------------------------------------------------------------- the commands
 
 
-@click.group(name="ledger", cls=_LedgerGroup, invoke_without_command=True)
+@click.group(
+    name="ledger",
+    cls=_LedgerGroup,
+    invoke_without_command=True,
+    short_help="List the ledger of every switch and launch.",
+)
 @click.option("--limit", "-n", type=LIMIT, default=20, show_default=True, help="Rows to show.")
 @click.option("--backend", metavar="NAME", type=BACKEND, help="Only switches to or away from this backend.")
 @click.option(
@@ -110,7 +115,7 @@ def ledger(
     say(reports.format_list(rows, pending_ids, painter()))
 
 
-@ledger.command("show")
+@ledger.command("show", short_help="Show one switch and the launch it made.")
 @click.argument("row_id", metavar="ID", type=ROW_ID)
 @click.option("--json", "as_json", is_flag=True, help="The full record as JSON.")
 @click.pass_context
@@ -134,7 +139,7 @@ def show(ctx: click.Context, row_id: int, as_json: bool) -> None:
         say(reports.format_record(rec, painter()))
 
 
-@ledger.command("diff")
+@ledger.command("diff", short_help="Show what changed between two launches.")
 @click.argument("ids", metavar="[ID1 ID2]", nargs=-1, type=ROW_ID)
 @click.option("--json", "as_json", is_flag=True, help="Changes as JSON.")
 @click.pass_context
@@ -168,7 +173,7 @@ def diff(ctx: click.Context, ids: tuple[int, ...], as_json: bool) -> None:
         say(ledger_diff.format_diff_item(item))
 
 
-@ledger.command("export")
+@ledger.command("export", short_help="Export the whole ledger (markdown or jsonl).")
 @click.option(
     "--format", "fmt", type=click.Choice(["markdown", "jsonl"]), default="markdown", show_default=True
 )
@@ -193,7 +198,7 @@ def export(ctx: click.Context, fmt: str) -> None:
     say(reports.export_markdown(led, config), nl=False)
 
 
-@ledger.command("verify")
+@ledger.command("verify", short_help="Check the ledger's hash chain and head file.")
 @click.option("--json", "as_json", is_flag=True, help="The result as JSON.")
 @click.pass_context
 def verify(ctx: click.Context, as_json: bool) -> None:

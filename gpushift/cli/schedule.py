@@ -129,7 +129,7 @@ def _echo_spans(sched: Schedule, at: datetime) -> None:
     _table(rows)
 
 
-@click.group("schedule", invoke_without_command=True)
+@click.group("schedule", invoke_without_command=True, short_help="List the next switches of the schedule.")
 @click.option(
     "--next", "count", type=click.IntRange(1, 10000), default=10, show_default=True, help="How many to list."
 )
@@ -203,7 +203,7 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
     _table(rows)
 
 
-@schedule.command("check")
+@schedule.command("check", short_help="Validate a schedule file, without a daemon.")
 @click.argument("file", required=False, metavar="[FILE]")
 @click.pass_context
 def check(ctx: click.Context, file: str | None) -> None:

@@ -62,7 +62,7 @@ def say_queued(backend: str, result: dict[str, Any], as_json: bool) -> None:
     elif result.get("ticket") == "when-idle":
         say(f"queued: switching to {terminal.escape(backend)} once the serving backend is idle")
     else:
-        say(f"queued: ticket {terminal.escape(result['ticket'])}")
+        say(f"queued: ticket {terminal.escape(result.get('ticket') or '?')}")
 
 
 def say_finished(result: dict[str, Any], t0: float, as_json: bool) -> int:
@@ -74,13 +74,14 @@ def say_finished(result: dict[str, Any], t0: float, as_json: bool) -> int:
     if result.get("ok"):
         if not as_json:
             if result.get("already"):
-                say(terminal.escape(result.get("message", "already active")))
+                say(terminal.escape(result.get("message") or "already active"))
             else:
                 led = f"ledger #{result['ledger_id']}, " if result.get("ledger_id") else ""
-                say(f"ok: {terminal.escape(result.get('message'))} ({led}{elapsed:.1f}s)")
+                say(f"ok: {terminal.escape(result.get('message') or 'switched')} ({led}{elapsed:.1f}s)")
         return 0
     cls = by_dbus_name().get(result.get("error") or "", GpushiftError)
     if not as_json:
         shown = terminal.escape_tree(result)
-        say(f"gpushift: switch {shown.get('outcome')}: {shown.get('message')}", err=True)
+        outcome = shown.get("outcome") or "failed"
+        say(f"gpushift: switch {outcome}: {shown.get('message') or 'no reason given'}", err=True)
     return cls.code if cls.code != 1 else 7

@@ -211,4 +211,5 @@ def test_the_client_on_a_bus_without_the_daemon_says_it_is_not_running(
     monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", start_bus())
     back = _status_error()
     assert type(back) is DaemonUnavailable
-    assert "the gpushift daemon is not running on this bus" in str(back)
+    assert "the gpushift daemon (gpushift.service) is not running on the session bus" in str(back)
+    assert "start it with `systemctl --user start gpushift`" in str(back)  # and what to do

@@ -166,6 +166,9 @@ def test_plain_status_shows_the_webhook_queue_and_what_the_look_ahead_is_armed_f
     assert (
         "webhook:  http://chat.lan:8065/***: 2 queued, 5 delivered, 1 dropped, last error: HTTP 503" in text
     )
-    assert f"ahead:    {HOOK} at 2026-03-02T19:55:00+00:00, before the switch to {COMING.target}" in text
+    fires = datetime(2026, 3, 2, 19, 55, tzinfo=timezone.utc).astimezone().strftime("%Y-%m-%d %H:%M")
+    assert (
+        f"ahead:    {HOOK} at {fires}, before the switch to {COMING.target}" in text
+    )  # local, as the ledger
     assert f"ahead:    {NOTICE}" not in text  # not armed: nothing to say
     assert "webhook:" not in render_status({"daemon": {"running": True}, "notices": {"webhook": None}})
