@@ -26,6 +26,8 @@ __all__ = [
     "export_markdown",
     "format_list",
     "format_record",
+    "iter_items",
+    "json_list",
     "launch_facts",
     "list_items",
 ]
@@ -35,13 +37,27 @@ __all__ = [
 
 def list_items(rows: Iterable[SwitchRecord], pending_ids: set[int | None]) -> list[dict[str, Any]]:
     """``gpushift ledger --json``: each record's ``to_dict()``; ``pending_write`` marks the spooled."""
-    items = []
+    return list(iter_items(rows, pending_ids))
+
+
+def iter_items(rows: Iterable[SwitchRecord], pending_ids: set[int | None]) -> Iterator[dict[str, Any]]:
+    """``list_items``, one record at a time."""
     for r in rows:
         d = r.to_dict()
         if r.id in pending_ids:
             d["pending_write"] = True
-        items.append(d)
-    return items
+        yield d
+
+
+def json_list(rows: Iterable[SwitchRecord], pending_ids: set[int | None]) -> Iterator[str]:
+    """``gpushift ledger --json`` streamed: the text of ``json.dumps(list_items(...), indent=2,
+    ensure_ascii=False, default=str)``, to the byte, one record's part at a time."""
+    first = True
+    for d in iter_items(rows, pending_ids):
+        item = json.dumps(d, indent=2, ensure_ascii=False, default=str)
+        yield ("[\n  " if first else ",\n  ") + item.replace("\n", "\n  ")
+        first = False
+    yield "[]" if first else "\n]"
 
 
 def format_list(
