@@ -2,7 +2,8 @@
 
 Per backend its current launch command and versions and the history of changes (what changed,
 when, who, why); then the latest switches.  The ledger is read once, oldest first and streamed
-(:class:`_Scan` keeps per backend only what the README shows), then each part is written by its
+(:class:`_Scan` keeps per backend only what the README shows: its current and last launch, and
+its history as the README's lines, not as records), then each part is written by its
 own function.  Re-exported by ``reports.py``.
 """
 
@@ -27,7 +28,8 @@ class _Scan:
     """What the README needs from the whole ledger, gathered in one pass, oldest first."""
 
     recent: int
-    history: dict[str, list[tuple[SwitchRecord, list[dict[str, Any]] | None]]] = field(default_factory=dict)
+    #: Per backend its launches that changed something, as the README's lines (a record is not kept).
+    history: dict[str, list[list[str]]] = field(default_factory=dict)
     last_launch: dict[str, SwitchRecord] = field(default_factory=dict)
     current: dict[str, SwitchRecord] = field(default_factory=dict)
     unchanged: dict[str, int] = field(default_factory=dict)
@@ -58,7 +60,7 @@ class _Scan:
         prev = self.last_launch.get(b)
         changes = diff_records(prev, rec) if prev else None
         if prev is None or changes or rec.outcome != "ok":
-            self.history.setdefault(b, []).append((rec, changes))
+            self.history.setdefault(b, []).append(_md_change(rec, changes))
         else:
             self.unchanged[b] = self.unchanged.get(b, 0) + 1
         self.last_launch[b] = rec
@@ -132,21 +134,27 @@ def _md_backend(b: str, scan: _Scan, config: Config | None) -> list[str]:
         out += _md_current(cur)
     out.append("### History of changes (newest first)")
     out.append("")
-    for rec, changes in reversed(scan.history.get(b, [])):
-        who = md(rec.requested_by) + (f" (uid {rec.uid})" if rec.uid is not None else "")
-        out.append(
-            f"- **#{rec.id}** {stamp(rec.started_at)}, {who}, {rec.trigger}: “{md(rec.reason)}” → {rec.outcome}"
-        )
-        if rec.outcome != "ok" and rec.message:
-            out.append(f"  - {md(rec.message)}")
-        if changes is None:
-            out.append("  - first launch recorded")
-        for c in changes or []:
-            out.append(f"  - {md(describe_change(c, width=0))}")
+    for lines in reversed(scan.history.get(b, [])):
+        out += lines
     n = scan.unchanged.get(b, 0)
     if n:
         out.append(f"- … and {n} more launch(es) with no change.")
     out.append("")
+    return out
+
+
+def _md_change(rec: SwitchRecord, changes: list[dict[str, Any]] | None) -> list[str]:
+    """One entry of a backend's history of changes: the launch, and what changed (None: the first)."""
+    who = md(rec.requested_by) + (f" (uid {rec.uid})" if rec.uid is not None else "")
+    out = [
+        f"- **#{rec.id}** {stamp(rec.started_at)}, {who}, {rec.trigger}: “{md(rec.reason)}” → {rec.outcome}"
+    ]
+    if rec.outcome != "ok" and rec.message:
+        out.append(f"  - {md(rec.message)}")
+    if changes is None:
+        out.append("  - first launch recorded")
+    for c in changes or []:
+        out.append(f"  - {md(describe_change(c, width=0))}")
     return out
 
 
