@@ -9,6 +9,9 @@ Errors: a command raises a :class:`~gpushift.errors.GpushiftError` (``LedgerErro
 ``ConfigError``, ...) for every expected failure; the group prints it as one line on stderr and
 exits with the error's ``code``.  Malformed arguments are click's usage errors (exit 2).
 
+Memory stays bounded: ``--json`` and ``export`` stream the rows (≤ 100 MB at a million rows,
+bench/ledger_stream.py); the table, built whole, shows at most :data:`TEXT_LIMIT_MAX` rows.
+
 Start-up time matters (``gpushift ledger --limit 20`` ≤ 0.2 s on 100,000 rows, bench/ledger_list.py):
 this module imports only click, the standard library and the error classes at the top; the
 config and the ledger package are imported inside the commands.
