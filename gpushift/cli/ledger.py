@@ -9,6 +9,9 @@ Errors: a command raises a :class:`~gpushift.errors.GpushiftError` (``LedgerErro
 ``ConfigError``, ...) for every expected failure; the group prints it as one line on stderr and
 exits with the error's ``code``.  Malformed arguments are click's usage errors (exit 2).
 
+Memory stays bounded: ``--json`` and ``export`` stream the rows (≤ 100 MB at a million rows,
+bench/ledger_stream.py); the table, built whole, shows at most :data:`TEXT_LIMIT_MAX` rows.
+
 Start-up time matters (``gpushift ledger --limit 20`` ≤ 0.2 s on 100,000 rows, bench/ledger_list.py):
 this module imports only click, the standard library and the error classes at the top; the
 config and the ledger package are imported inside the commands.
@@ -18,12 +21,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from gpushift.cli.output import painter, say, say_json
-from gpushift.cli.params import BACKEND, LIMIT, ROW_ID, parse_since
+from gpushift.cli.params import BACKEND, LIMIT, LIMIT_MAX, ROW_ID, parse_since
 from gpushift.errors import GpushiftError, LedgerError
 from gpushift.values import Outcome
 
@@ -34,6 +38,9 @@ if TYPE_CHECKING:
     from gpushift.ledger import SqliteLedger
 
 OUTCOMES = tuple(o.value for o in Outcome)
+#: Most rows the table of ``gpushift ledger`` shows: it is built whole (its columns fit the widest
+#: cell), while ``--json`` streams up to ``LIMIT_MAX`` rows in bounded memory.
+TEXT_LIMIT_MAX = 10_000
 
 
 class _LedgerGroup(click.Group):
@@ -65,6 +72,14 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
+def _write_json(parts: Iterable[str]) -> None:
+    """``say_json`` of the text ``parts`` make, written a part at a time (the whole is never held)."""
+    from gpushift.safetext import terminal
+
+    sys.stdout.writelines(terminal.json_safe(part) for part in parts)
+    sys.stdout.write("\n")
+
+
 # --------------------------------------------------------------------------- the commands
 
 
@@ -74,7 +89,14 @@ def _json(value: Any) -> str:
     invoke_without_command=True,
     short_help="List the ledger of every switch and launch.",
 )
-@click.option("--limit", "-n", type=LIMIT, default=20, show_default=True, help="Rows to show.")
+@click.option(
+    "--limit",
+    "-n",
+    type=LIMIT,
+    default=20,
+    show_default=True,
+    help=f"Rows to show: the table at most {TEXT_LIMIT_MAX:,}, --json at most {LIMIT_MAX:,} (streamed).",
+)
 @click.option("--backend", metavar="NAME", type=BACKEND, help="Only switches to or away from this backend.")
 @click.option(
     "--since", metavar="DATE", help="Only switches started since: 2025-03-01, 2025-03-01T08:00, 7d, 12h."
@@ -97,15 +119,21 @@ def ledger(
     """
     if ctx.invoked_subcommand is not None:
         return
+    if limit > TEXT_LIMIT_MAX and not as_json:
+        raise click.BadParameter(
+            f"{limit} is more rows than the table shows (at most {TEXT_LIMIT_MAX}); --json streams up to "
+            f"{LIMIT_MAX}",
+            param_hint="'--limit' / '-n'",
+        )
     since_dt = parse_since(since) if since else None
     from gpushift.ledger import reports
 
     _config, led = _open(ctx)
-    rows = led.list(limit=limit, backend=backend, since=since_dt, outcome=outcome)
     pending_ids = {r.id for r in led.pending_records()}
-    if as_json:
-        say_json(_json(reports.list_items(rows, pending_ids)))
+    if as_json:  # streamed: a million rows in bounded memory (bench/ledger_stream.py)
+        _write_json(reports.json_list(led.iter_list(limit, backend, since_dt, outcome), pending_ids))
         return
+    rows = led.list(limit=limit, backend=backend, since=since_dt, outcome=outcome)
     note = reports.degraded_note(led)
     if note:
         say(note, err=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import heapq
+import itertools
 import json
 import os
 import sqlite3
@@ -28,6 +30,14 @@ from gpushift.ledger.spool import Spool
 from gpushift.values import OFF, Outcome, SwitchRecord
 
 _R = TypeVar("_R", bound="LedgerReader")
+
+#: Rows read per query when the ledger is streamed (``iter_list``, ``iter_all``).
+BATCH = 500
+
+
+def _start_key(rec: SwitchRecord) -> tuple[str, int]:
+    """How ``list`` orders records when some are pending: by start, then id."""
+    return (utc_text(rec.started_at) or "", rec.id or 0)
 
 
 class LedgerReader:
@@ -111,6 +121,24 @@ class LedgerReader:
     ) -> builtins.list[SwitchRecord]:
         """Newest first.  ``backend`` matches rows switching to or away from it; ``since`` is an
         instant (naive = UTC) compared with ``started_at``; pending spooled records are included."""
+        return builtins.list(self.iter_list(limit, backend, since, outcome, **filters))
+
+    def iter_list(
+        self,
+        limit: int = 20,
+        backend: str | None = None,
+        since: datetime | None = None,
+        outcome: str | None = None,
+        **filters: Any,
+    ) -> Iterator[SwitchRecord]:
+        """What ``list`` returns, in its order, read :data:`BATCH` rows at a time: memory stays
+        bounded whatever ``limit`` is (``gpushift ledger --json``).
+
+        Without a matching pending record the rows come newest id first.  With one, a pending record
+        supersedes its own (older) row and the ``limit`` newest rows and the pending records are
+        merged by start (then id), newest first; those rows are ordered by SQLite on a connection of
+        their own, so the read lock is never held between two records.
+        """
         if filters:
             raise TypeError(f"unknown ledger filter(s): {', '.join(sorted(filters))}")
         since_text = utc_text(since) if since is not None else None
@@ -125,12 +153,6 @@ class LedgerReader:
         if outcome is not None:
             where.append("outcome = ?")
             args.append(outcome)
-        sql = "SELECT id, record FROM switches"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY id DESC LIMIT ?"
-        args.append(int(limit))
-        out = [record_from_dict(json.loads(text), rid) for rid, text in self._fetch(sql, args)]
         pending = []
         for rec in self.pending_records():
             if backend is not None and backend not in (rec.to_backend, rec.from_backend):
@@ -140,21 +162,71 @@ class LedgerReader:
             if outcome is not None and rec.outcome != outcome:
                 continue
             pending.append(rec)
-        if pending:
-            # A pending record supersedes its own (older) row in the database.
-            pending_ids = {r.id for r in pending if r.id is not None and r.id > 0}
-            out = [r for r in out if r.id not in pending_ids] + pending
-            out.sort(key=lambda r: (utc_text(r.started_at) or "", r.id or 0), reverse=True)
-        return out[: int(limit)]
+        if not pending:
+            return self._newest(where, args, int(limit))
+        # A pending record supersedes its own (older) row in the database.
+        pending_ids = {r.id for r in pending if r.id is not None and r.id > 0}
+        rows = (r for r in self._by_start(where, args, int(limit)) if r.id not in pending_ids)
+        merged = heapq.merge(
+            rows, sorted(pending, key=_start_key, reverse=True), key=_start_key, reverse=True
+        )
+        return itertools.islice(merged, max(int(limit), 0))
+
+    def _newest(
+        self, where: builtins.list[str], args: builtins.list[Any], limit: int
+    ) -> Iterator[SwitchRecord]:
+        """The ``limit`` newest rows that match ``where``, newest id first, a batch per query."""
+        last: int | None = None
+        while limit > 0:
+            cond = [*where, "id < ?"] if last is not None else where
+            sql = "SELECT id, record FROM switches"
+            if cond:
+                sql += " WHERE " + " AND ".join(cond)
+            size = min(limit, BATCH)
+            batch = self._fetch(
+                sql + " ORDER BY id DESC LIMIT ?", [*args, *([last] if last is not None else []), size]
+            )
+            for rid, text in batch:
+                yield record_from_dict(json.loads(text), rid)
+            if len(batch) < size:
+                return
+            limit -= size
+            last = batch[-1][0]
+
+    def _by_start(
+        self, where: builtins.list[str], args: builtins.list[Any], limit: int
+    ) -> Iterator[SwitchRecord]:
+        """The ``limit`` newest rows (by id) that match ``where``, ordered by start, then id, newest
+        first: SQLite sorts their ids, the records are read a batch of ids at a time."""
+        newest = "SELECT id, started_at FROM switches"
+        if where:
+            newest += " WHERE " + " AND ".join(where)
+        sql = f"SELECT id FROM ({newest} ORDER BY id DESC LIMIT ?) ORDER BY started_at DESC, id DESC"
+        if not db_exists(self.db_path):
+            return
+        conn = connect_reader(self.db_path, self.lock_timeout_s)
+        try:
+            cursor = conn.execute(sql, [*args, limit])
+            while ids := [r[0] for r in cursor.fetchmany(BATCH)]:
+                marks = ", ".join("?" * len(ids))
+                texts = dict(conn.execute(f"SELECT id, record FROM switches WHERE id IN ({marks})", ids))
+                for rid in ids:
+                    yield record_from_dict(json.loads(texts[rid]), rid)
+        except sqlite3.Error as e:
+            raise LedgerError(f"cannot read the ledger {self.db_path}: {e}") from None
+        finally:
+            conn.close()
 
     def iter_all(self) -> Iterator[SwitchRecord]:
         """Every row in the database, oldest first (for export), read in batches."""
         last = 0
         while True:
-            batch = self._fetch("SELECT id, record FROM switches WHERE id > ? ORDER BY id LIMIT 500", (last,))
+            batch = self._fetch(
+                "SELECT id, record FROM switches WHERE id > ? ORDER BY id LIMIT ?", (last, BATCH)
+            )
             for rid, text in batch:
                 yield record_from_dict(json.loads(text), rid)
-            if len(batch) < 500:
+            if len(batch) < BATCH:
                 return
             last = batch[-1][0]
 

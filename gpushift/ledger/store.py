@@ -23,10 +23,11 @@ Three promises, each with its mechanism:
   replayed late, ``mark_interrupted`` of an old row), the rows after it are re-linked, but only
   after checking that that part of the chain is intact, so a rewrite never blesses an edit made
   behind gpushift's back.
-* **A broken database never stops the writer** (``breaks.py``).  A file that is not a database is
-  moved aside, a database deleted or replaced under the writer is noticed (its identity is checked
-  before each write and at every ``flush_pending``), and a new chain starts whose first row records
-  the break; until the new database takes writes, records wait in the spool.
+* **A broken database never stops the writer** (``breaks.py``; the write connection,
+  ``connection.py``).  A file that is not a database is moved aside, a database deleted or
+  replaced under the writer is noticed (its identity is checked before each write and at every
+  ``flush_pending``), and a new chain starts whose first row records the break; until the new
+  database takes writes, records wait in the spool.
 """
 
 from __future__ import annotations
@@ -38,16 +39,16 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from gpushift.errors import LedgerError
-from gpushift.ledger import breaks
+from gpushift.ledger import breaks, health
 from gpushift.ledger.chain import HeadFile, db_head, insert_row, rewrite_row
-from gpushift.ledger.reader import LedgerReader
+from gpushift.ledger.connection import WriterConnection
 from gpushift.ledger.rows import interrupted, new_key, row_values, utc_text
-from gpushift.ledger.schema import SCHEMA_VERSION, connect_writer, rollback
-from gpushift.ledger.spool import CHAIN_BREAK_OP, DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, Spool
+from gpushift.ledger.schema import rollback
+from gpushift.ledger.spool import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, Spool
 from gpushift.values import Outcome, SwitchRecord
 
 #: What "the database cannot be written" looks like at this edge.  Everything else is a bug.
@@ -64,7 +65,7 @@ def _ident(d: Mapping[str, Any]) -> tuple[str, str]:
     return (utc_text(d.get("started_at")) or "", str(d.get("ticket") or ""))
 
 
-class SqliteLedger(LedgerReader):
+class SqliteLedger(WriterConnection):
     """The ledger on one SQLite file, with a pending spool and a head file beside it.
 
     Args:
@@ -109,21 +110,13 @@ class SqliteLedger(LedgerReader):
         head = HeadFile(os.fspath(head_path), group, self._emit)
         runtime_dir = os.fspath(spool_dir) if spool_dir is not None else None
         spool = Spool(runtime_dir, group, self._emit, readonly, spool_max_records, spool_max_bytes)
-        super().__init__(path, head, spool, lock_timeout_s)
-        self.readonly = readonly
-        self.group = group
-        self._connect_hook = connect_hook
+        super().__init__(
+            path, head, spool, lock_timeout_s, readonly=readonly, group=group, connect_hook=connect_hook
+        )
         self._wlock = threading.RLock()  # one write at a time, in this process
-        self._conn: sqlite3.Connection | None = None
         self._keys: dict[tuple[str, str], str] = {}  # which switch (_ident) -> its key, for finish()
         self._replayed_total = 0
         self._error: str | None = None
-        self._head_checked = False
-        self._db_file = breaks.DbFile(path)
-        self._last_head: dict[str, Any] | None = None  # the head of this writer's last open or write
-        self._corrupt: str | None = None  # a write found the open database corrupt: break at reopen
-        #: The break this writer recorded (``extra["chain_break"]`` of the new chain's first row).
-        self.chain_break: dict[str, Any] | None = None
         entries = self._spool.load()
         if readonly:
             return
@@ -161,23 +154,7 @@ class SqliteLedger(LedgerReader):
         the full spool could not keep (each one is in the log, ``ledger_record_lost``).
         """
         pending = len(self._spool.entries())
-        error = self._error
-        state = "degraded" if pending or error else "ok"
-        alarm = self._head.alarm
-        out: dict[str, Any] = {
-            "state": state,
-            "pending": pending,
-            "error": error,
-            "alarm": None if alarm is None else str(alarm.get("what")),
-        }
-        if state != "ok":
-            short = _short_reason(error)
-            out["reason"] = ", ".join(x for x in (short, f"{pending} pending" if pending else "") if x)
-        if self.chain_break is not None:
-            out["chain_break"] = self.chain_break
-        if self._spool.lost:
-            out["lost"] = self._spool.lost
-        return out
+        return health.summary(pending, self._error, self._head.alarm, self.chain_break, self._spool.lost)
 
     # ----------------------------------------------------------------- the port: writes
 
@@ -437,156 +414,11 @@ class SqliteLedger(LedgerReader):
             return None
         return str(row[0][0])
 
-    # ----------------------------------------------------------------- the write connection
-
-    def _writer(self, allow_break: bool = True) -> sqlite3.Connection:
-        """The write connection, opened (and migrated) when there is none.
-
-        With ``allow_break`` it first checks that the path still names the file it opened, and
-        a database that is deleted, replaced or not a database starts a new chain (``breaks.py``).
-        """
-        if self.readonly:
-            raise LedgerError("the ledger was opened read-only")
-        if self._conn is not None and not allow_break:
-            return self._conn
-        moved = self._db_file.moved() if allow_break else None
-        if self._conn is not None and moved is None:
-            return self._conn
-        if moved is not None:
-            self._new_chain(moved, None)
-        elif allow_break and self._corrupt is not None:
-            self._new_chain(breaks.CORRUPT, self._corrupt)
-        try:
-            return self._open(allow_break)
-        except sqlite3.DatabaseError as e:
-            if not (allow_break and breaks.is_corrupt(e)):
-                raise
-            self._new_chain(breaks.CORRUPT, f"{type(e).__name__}: {e}")
-            return self._open(allow_break)
-
-    def _open(self, allow_break: bool) -> sqlite3.Connection:
-        """Connect, migrate, and hold the head file against the database."""
-        created = not os.path.exists(self.db_path)
-        conn, old = self._connect()
-        try:
-            if old < SCHEMA_VERSION:
-                self._emit(
-                    "info", "ledger_migrated", path=self.db_path, from_version=old, to_version=SCHEMA_VERSION
-                )
-            head = db_head(conn)
-            if head["id"] == 0:
-                if (
-                    created
-                    and allow_break
-                    and self._spool.pending_break() is None
-                    and self._head.names_lost_rows(head)
-                ):
-                    # No database where the head file names rows: it was deleted.  (Rows deleted
-                    # from a database that is there are an edit: check_at_open raises the alarm.)
-                    reason = breaks.DELETED if self._db_file.id is not None else breaks.MISSING
-                    self._new_chain(reason, None, connected=True)
-                if self._spool.pending_break() is not None:
-                    self._head.restart()
-                    self._head_checked = False
-            if not self._head_checked:
-                self._head_checked = True
-                self._head.check_at_open(head, migrated=old < SCHEMA_VERSION)
-            self._db_file.opened()
-            self._last_head = head
-            self._conn = conn
-        except BaseException:
-            self._conn = None
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-            raise
-        return conn
-
-    def _connect(self) -> tuple[sqlite3.Connection, int]:
-        if not os.path.exists(self.db_path):
-            # A -wal/-shm without their database belong to a file that is gone: a new database
-            # must not replay them.
-            breaks.move_aside(
-                self.db_path, breaks.MISSING, datetime.now(timezone.utc), main=False, own_wal=False
-            )
-        return connect_writer(self.db_path, self.lock_timeout_s, self.group, self._connect_hook)
-
-    def _new_chain(self, reason: str, error: str | None, connected: bool = False) -> None:
-        """The database broke (``breaks.py``): close it, move a bad file aside, and queue the new
-        chain's first row (before every pending record).  A break already waiting to land is
-        kept, not doubled (the daemon restarted, or the new file broke again before it landed).
-
-        Raises:
-            LedgerError: the file cannot be moved aside (read-only directory): nothing changed,
-                the records wait in the spool and the next write tries again.
-        """
-        self._drop_writer()
-        LedgerReader.close(self)  # a reader on the old file would show the old rows
-        at = datetime.now(timezone.utc)
-        moved_to = None
-        if not connected:
-            try:
-                moved_to = breaks.move_aside(
-                    self.db_path,
-                    reason,
-                    at,
-                    main=reason in (breaks.CORRUPT, breaks.REPLACED),
-                    own_wal=reason == breaks.CORRUPT,
-                )
-            except OSError as e:
-                raise LedgerError(
-                    f"the ledger {self.db_path} is {reason} and cannot be moved aside: {e}"
-                ) from None
-        self._db_file.id = None
-        self._corrupt = None
-        self._landed.clear()  # provisional ids that landed in the old chain name other rows now
-        pending = self._spool.pending_break()
-        old = breaks.old_head(self._head.read(), self._last_head)
-        info = breaks.break_info(reason, self.db_path, moved_to, old, error, at)
-        self._emit("error", "ledger_chain_break", again=pending is not None, **info)
-        if pending is not None:
-            return
-        self.chain_break = info
-        self._spool.queue(
-            new_key(),
-            breaks.break_record(info, ticket="chain-break-" + new_key()[:12]),
-            row_id=None,
-            provisional_id=None,
-            op=CHAIN_BREAK_OP,
-            error=None,
-        )
-
-    def _drop_writer(self) -> None:
-        # After a failure the connection may carry a state (max_page_count, a broken WAL handle);
-        # the next attempt starts afresh.
-        if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-            self._conn = None
-
     def _note_error(self, e: BaseException) -> None:
         self._error = f"{type(e).__name__}: {e}"
         where = os.path.dirname(os.path.abspath(self.db_path))
         if "unable to open" in str(e) and os.path.isdir(where) and not os.access(where, os.W_OK):
             self._error += f" ({where} is read-only)"  # SQLite cannot say why: WAL needs -shm there
-
-
-def _short_reason(error: str | None) -> str:
-    """A few words for the status line from a write error's text."""
-    if not error:
-        return ""
-    low = error.lower()
-    if "cannot be moved aside" in low:
-        return "a bad database cannot be moved aside"
-    for words, reason in (
-        (("disk is full", "no space left"), "disk full"),
-        (("readonly", "read-only"), "read-only"),
-        (("is locked", "is busy"), "locked"),
-        (("not a database", "malformed", " is corrupt "), "not a database"),
-        (("permission denied", "unable to open"), "cannot open the database"),
-    ):
-        if any(w in low for w in words):
-            return reason
-    return error.split(":", 1)[0]
 
 
 def _is_unavailable(e: BaseException) -> bool:

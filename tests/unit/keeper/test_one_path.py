@@ -56,7 +56,9 @@ def test_only_the_keepers_executor_calls_the_switchers_request() -> None:
     assert switchers == {("gpushift/keeper/keeper.py", "Keeper._start", "self.switcher")}
     # every other one is an http.client connection (the warm-up's exchange, the webhook's POST)
     others = calls - switchers
-    assert others and all(p.startswith(("gpushift/backends/", "gpushift/notify/")) for p, _f, _r in others), others
+    assert others and all(p.startswith(("gpushift/backends/", "gpushift/notify/")) for p, _f, _r in others), (
+        others
+    )
 
 
 class RecordingSwitcher:
