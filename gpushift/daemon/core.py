@@ -215,7 +215,8 @@ class Daemon:
         # The keeper decides and asks the switcher (a refusal — SwitchInProgress, UnknownBackend —
         # comes back from here at once, and nothing changed); it keeps the override.
         ticket, ov = self.keeper.ask(ask)
-        mode, ends = (ov.mode, ov.until.isoformat() if ov.until else None) if ov else (None, None)
+        # the mode as status and the D-Bus Mode say it (without a schedule an override is 'manual')
+        mode, ends = (self.keeper.mode(), ov.until.isoformat() if ov.until else None) if ov else (None, None)
         if ticket is None:
             # --when-idle: the person's choice is kept at once; the keeper switches once the serving
             # backend has been idle (docs/config.md ``defer_while_busy_s``).

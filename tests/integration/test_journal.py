@@ -134,6 +134,9 @@ def test_one_switch_is_followed_in_the_journal_by_its_ticket(sandbox):
     assert done["PRIORITY"] == "6" and "switch_finished" in done["MESSAGE"]
     assert all(e["GPUSHIFT_BACKEND"] == "b" for e in mine if e["GPUSHIFT_EVENT"] == "switch_requested")
     assert [e["GPUSHIFT_REASON"] for e in mine if e["GPUSHIFT_EVENT"] == "switch_requested"] == ["night"]
+    # one word for the mode: without a schedule status says "manual", and so does the journal
+    assert env.status()["mode"].startswith("manual"), env.status()["mode"]
+    assert [e["GPUSHIFT_MODE"] for e in mine if e["GPUSHIFT_EVENT"] == "switch_requested"] == ["manual"]
     # the other switch is found by its own ticket, and `-u gpushift` works as on a host
     theirs = sandbox.journal("-u", "gpushift", f"GPUSHIFT_TICKET={first['ticket']}")
     assert theirs and set(_values(theirs, "GPUSHIFT_TICKET")) == {first["ticket"]}
