@@ -8,9 +8,13 @@ Modules, one job each:
 * ``rows``    a ``SwitchRecord`` as the values of a row, and back;
 * ``files``   the private files beside the database (modes, group, atomic replacement);
 * ``reader``  the read side: read-only connection, queries, verify;
+* ``connection`` the writer's connection and its state (the base of ``SqliteLedger``);
 * ``store``   ``SqliteLedger``, the ``Ledger`` port: writes that never lose a record;
+* ``health``  the ledger's health as status shows it;
 * ``diff``    what changed between two launches of a backend;
-* ``reports`` what ``gpushift ledger`` shows beyond raw rows (list, show, exports);
+* ``reports`` what ``gpushift ledger`` shows beyond raw rows (list, the streamed JSON, exports),
+  with ``show`` (one launch) and ``readme`` (the machine's deployment README);
+* ``view``    the newest rows in memory, for status;
 * ``text``    how ledger values read for a person (times, sizes, command lines).
 """
 
