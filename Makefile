@@ -52,6 +52,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check gpushift tests bench packaging
 	$(VENV)/bin/mypy gpushift tests/support packaging
 	$(VENV)/bin/lint-imports
+	$(PY) -m tests.support.lint_sizes gpushift   # no module over 500 lines, no function over 80
 
 test-unit: venv
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) tests/unit
