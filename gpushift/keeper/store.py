@@ -4,7 +4,12 @@ The file is read strictly (:meth:`Override.from_dict`): anything but what :meth:
 garbage, deep nesting, more than :data:`MAX_BYTES`, a naive time, a wrong type, a backend no longer
 configured, a FIFO or a directory in its place — is ignored: the daemon logs ``override_ignored``,
 follows the schedule, and ``gpushift status`` says why (``ignored``) until the next override is
-saved.
+saved.  A file that is no regular file of the state directory's own (a FIFO, a device, a directory,
+a symlink out of the directory) or is larger than :data:`MAX_BYTES` is never opened as such (the
+one careful reader, :mod:`gpushift.host.safefile`) and is moved aside too, renamed
+``override.json.bad-<UTC time>`` (:func:`gpushift.config.textfile.set_aside`), so that it cannot
+stand in the way of the next save or start; one that is merely wrong (a hand edit) stays, for the
+person to mend.
 
 A full or read-only state directory must neither fail the switch nor let an older override come
 back at the next start: the override then goes to ``runtime_dir/override.json`` (a tmpfs, which
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpushift.config import validate
+from gpushift.config.textfile import set_aside
 from gpushift.host import safefile
 from gpushift.host.files import write_atomic
 from gpushift.host.nulllog import NULL_LOG
@@ -69,11 +75,13 @@ class JsonOverrideStore:
 
     def _load(self, path: Path) -> Override | None:
         try:
-            raw = safefile.read_bounded(str(path), MAX_BYTES)
+            raw = safefile.read_bounded(str(path), MAX_BYTES, within=str(path.parent))
         except FileNotFoundError:
             return None
         except safefile.Skipped as e:
-            return self._ignore(path, str(e))
+            moved = set_aside(str(path))
+            where = f"moved to {moved}" if moved else "it could not be moved aside"
+            return self._ignore(path, f"{str(e)[:120]}; {where}")
         except OSError as e:
             return self._ignore(path, f"cannot read it: {e.strerror or e}")
         try:
