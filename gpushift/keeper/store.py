@@ -60,6 +60,8 @@ class JsonOverrideStore:
         self.error: str | None = None
         #: Why the file found at load was ignored (None: it was not, or an override was saved since).
         self.ignored: str | None = None
+        #: Where that file was moved aside (None: it was left in place, or could not be moved).
+        self.moved_to: str | None = None
         self._lock = threading.Lock()
         self._unsaved: tuple[Override | None] | None = None  # what the state directory still lacks
 
@@ -70,7 +72,7 @@ class JsonOverrideStore:
             if self.ignored is None:
                 self._unsaved = (ov,)
                 return ov
-            self.ignored = None  # a damaged fallback: the state directory's file is the one
+            self.ignored = self.moved_to = None  # a damaged fallback: the state directory's is the one
         return self._load(self.path)
 
     def _load(self, path: Path) -> Override | None:
@@ -79,9 +81,8 @@ class JsonOverrideStore:
         except FileNotFoundError:
             return None
         except safefile.Skipped as e:
-            moved = set_aside(str(path))
-            where = f"moved to {moved}" if moved else "it could not be moved aside"
-            return self._ignore(path, f"{str(e)[:120]}; {where}")
+            self.moved_to = set_aside(str(path))
+            return self._ignore(path, str(e))
         except OSError as e:
             return self._ignore(path, f"cannot read it: {e.strerror or e}")
         try:
@@ -103,14 +104,21 @@ class JsonOverrideStore:
         """A damaged file must not keep the daemon from starting (nor crash it later): obey the
         schedule, and say so."""
         self.ignored = why[:300]
-        self.log.error("override_ignored", path=str(path), error=self.ignored, detail="obeying the schedule")
+        self.log.error(
+            "override_ignored",
+            path=str(path),
+            error=self.ignored,
+            moved_to=self.moved_to,
+            detail="obeying the schedule",
+        )
         return None
 
     def save(self, override: Override | None) -> None:
         """Persist; a full or read-only disk must not fail the switch: it is logged, the override
         goes to the fallback, and :meth:`flush` writes it once the state directory can be written."""
         with self._lock:
-            self.ignored = None  # the ignored file is replaced: a person's choice (or the keeper's)
+            # the ignored file is replaced: a person's choice (or the keeper's)
+            self.ignored = self.moved_to = None
             self._save(override, first=True)
 
     def flush(self) -> bool:

@@ -10,6 +10,7 @@ its output written, whatever the machine's speed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -58,10 +59,8 @@ def tree_bytes(root: Path) -> int:
     total = 0
     for folder, _dirs, files in os.walk(root):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(folder, name)).st_size
-            except OSError:
-                pass
     return total
 
 
@@ -81,7 +80,9 @@ def test_a_hook_printing_200_mb_is_capped_while_it_runs(sandbox: Any, hook_dir: 
         peak, deadline = 0, time.monotonic() + 240
         while not (hook_dir / "sig" / "printed").exists():
             assert client.poll() is None, client.communicate()
-            assert time.monotonic() < deadline, f"the hook never finished printing\n{env.daemon_log()[-3000:]}"
+            assert time.monotonic() < deadline, (
+                f"the hook never finished printing\n{env.daemon_log()[-3000:]}"
+            )
             peak = max(peak, tree_bytes(env.runtime_dir))
             time.sleep(0.05)
         # Everything is printed and the hook still runs: what the runtime directory holds now is

@@ -229,10 +229,11 @@ def test_an_override_linked_from_outside_the_state_directory_is_not_obeyed(env: 
     st = env.status()
     why = st["daemon"]["override_ignored"]
     (moved,) = set_aside(env.state_dir, "override.json")
-    assert why and "a symbolic link out of" in why and str(moved) in why, st["daemon"]
+    assert why and why.startswith(f"a symbolic link out of {env.state_dir}"), st["daemon"]
     assert st["mode"] != "hold" and "b" not in (st.get("running") or []), st
     assert os.path.islink(moved) and elsewhere.exists(), "the link is moved, its target untouched"
-    assert events(env, "override_ignored"), env.daemon_log()
+    (line,) = events(env, "override_ignored")
+    assert line["moved_to"] == str(moved) and line["error"] == why, line
     switch_works(env)
     saved = json.loads((env.state_dir / "override.json").read_text())
     assert saved["backend"] == "a" and not os.path.islink(env.state_dir / "override.json")
