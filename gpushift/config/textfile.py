@@ -4,6 +4,10 @@ and the one careful opener of a regular file that every reader of a file from ou
 * :func:`open_regular` / :func:`read_bounded`: a regular file only, never opened as anything else,
   a bounded read (:mod:`gpushift.host.safefile` explains how, and names them for the host's
   readers: they live here, the lowest layer that reads a file, so that the config can use them).
+  ``within=DIR``: the file the path resolves to must also lie inside ``DIR`` (a state file: no
+  symlink out of the state directory).
+* :func:`set_aside`: a state file that could not be used renamed ``<name>.bad-<UTC time>`` beside
+  it, out of the way of the next start, the newest :data:`SET_ASIDE_KEEP` such copies kept.
 * The path may not hold a NUL; the file must be a regular file (a FIFO would block the reader, a
   directory or ``/dev/zero`` is no config).  At most :data:`MAX_BYTES` are read.
 * A UTF-8 byte order mark is skipped; bytes that are not UTF-8 are an error naming the line and
@@ -18,10 +22,12 @@ Every problem is a :class:`~gpushift.errors.ConfigError`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 import sys
+from datetime import datetime, timezone
 from typing import Any, BinaryIO
 
 from gpushift.config import validate
@@ -89,17 +95,29 @@ def _check_regular(path: str, fd: int) -> None:
         raise Skipped(path, reason, mode)
 
 
-def open_regular(path: str) -> BinaryIO:
+def _check_within(path: str, fd: int, within: str) -> None:
+    """Skipped unless the object behind ``fd`` (resolved: symlinks followed) lies inside ``within``."""
+    real = os.readlink(f"/proc/self/fd/{fd}")
+    root = os.path.realpath(within)
+    if os.path.commonpath([root, real]) != root:
+        raise Skipped(path, f"a symbolic link out of {within} (to {real[:200]})", stat.S_IFLNK)
+
+
+def open_regular(path: str, *, within: str | None = None) -> BinaryIO:
     """``path`` opened for reading (binary, buffered) — only when it is a regular file: resolved with
     ``O_PATH`` (nothing opened), its type checked on that descriptor, then the same inode opened
     through ``/proc/self/fd/N`` and checked again (:mod:`gpushift.host.safefile` says why).
+    ``within``: a directory the resolved file must lie inside (checked on the same descriptor).
 
     Raises:
-        Skipped: it is a FIFO, a device, a socket, a directory... (never opened as such).
+        Skipped: it is a FIFO, a device, a socket, a directory... (never opened as such), or it
+            resolves to a place outside ``within``.
         OSError: it does not exist, or may not be read (``FileNotFoundError``, ``PermissionError``).
     """
     where = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
+        if within is not None:
+            _check_within(path, where, within)
         _check_regular(path, where)
         fd = os.open(f"/proc/self/fd/{where}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     finally:
@@ -112,19 +130,47 @@ def open_regular(path: str) -> BinaryIO:
         raise
 
 
-def read_bounded(path: str, limit: int = DEFAULT_LIMIT_BYTES) -> bytes:
+def read_bounded(path: str, limit: int = DEFAULT_LIMIT_BYTES, *, within: str | None = None) -> bytes:
     """The whole content of regular file ``path``, when it has at most ``limit`` bytes.
 
     Raises:
-        Skipped: not a regular file, or larger than ``limit`` (nothing beyond ``limit + 1`` bytes
-            is read, whatever the file claims its size is).
+        Skipped: not a regular file, outside ``within`` (see :func:`open_regular`), or larger than
+            ``limit`` (nothing beyond ``limit + 1`` bytes is read, whatever the file claims its
+            size is).
         OSError: it does not exist or may not be read.
     """
-    with open_regular(path) as f:
+    with open_regular(path, within=within) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise Skipped(path, f"larger than {limit} bytes: not read")
     return data
+
+
+#: How many set-aside copies of one state file are kept (:func:`set_aside`; the oldest go first).
+SET_ASIDE_KEEP = 3
+_BAD = ".bad-"
+
+
+def set_aside(path: str, keep: int = SET_ASIDE_KEEP) -> str | None:
+    """Rename ``path`` (whatever it is: a FIFO, a symlink, a huge file — never opened) to
+    ``<path>.bad-<UTC time>`` in the same directory, and remove all but the newest ``keep`` such
+    copies of it.  Returns the new path; None when it could not be renamed (gone already, or the
+    directory cannot be written: the caller ignores the file all the same)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    moved = f"{path}{_BAD}{stamp}"
+    try:
+        os.rename(path, moved)
+    except OSError:
+        return None
+    folder, name = os.path.split(moved)
+    prefix = name[: name.rindex(_BAD) + len(_BAD)]
+    with contextlib.suppress(OSError):
+        with os.scandir(folder or ".") as it:
+            copies = sorted(e.name for e in it if e.name.startswith(prefix))
+        for old in copies[: max(0, len(copies) - keep)]:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, old))
+    return moved
 
 
 def read_text(path: str, what: str, missing_hint: str) -> str:

@@ -8,6 +8,7 @@ connection.  gi is imported lazily.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,11 +53,15 @@ def run_transient(
     timeout_s: float,
     cancelled: Callable[[], bool],
     beat: Callable[[], None],
+    fds: Sequence[int] = (),
 ) -> TransientResult:
     """Start the transient unit ``name`` (``StartTransientUnit``, mode ``fail``) and wait for its
     start job to end: for ``Type=oneshot`` that is when its process has exited.
 
-    ``properties``: (name, D-Bus signature, value), e.g. ``("User", "s", "nobody")``.  The unit
+    ``properties``: (name, D-Bus signature, value), e.g. ``("User", "s", "nobody")``; a value of
+    signature ``h`` is an index into ``fds``, the descriptors sent with the call (systemd keeps its
+    own copies: e.g. ``StandardOutputFileDescriptor``; the caller still owns and closes ``fds``,
+    and no copy of them is kept here once the call has returned).  The unit
     also gets ``AddRef=yes`` (systemd keeps it loaded, with its ``Result`` and exit status, until
     this connection releases it) and ``CollectMode=inactive-or-failed`` (then it is garbage
     collected, failed or not: no ``reset-failed`` is needed).  When ``cancelled()`` says yes, or
@@ -77,20 +82,7 @@ def run_transient(
     waiter = JobWaiter(units._con)
     stopped_because: str | None = None
     try:
-        try:
-            reply = units._con.call_sync(
-                SYSTEMD_BUS_NAME,
-                SYSTEMD_PATH,
-                MANAGER_IFACE,
-                "StartTransientUnit",
-                GLib.Variant("(ssa(sv)a(sa(sv)))", (name, "fail", props, [])),
-                GLib.VariantType.new("(o)"),
-                0,
-                int(units._call_timeout_s * 1000),
-                None,
-            )
-        except GLib.Error as e:
-            raise units._error("start the transient unit", name, e) from e
+        reply = _start(units, name, props, fds)
         job = str(reply.unpack()[0])
         units.own_jobs.append(job)
         deadline = time.monotonic() + timeout_s
@@ -112,6 +104,34 @@ def run_transient(
         return _result(units, name, stopped_because, waiter.results.get(job, ("", ""))[1], beat)
     finally:
         waiter.close()
+
+
+def _start(units: SystemdUnits, name: str, props: list[tuple[str, Any]], fds: Sequence[int]) -> Any:
+    """``StartTransientUnit``'s reply (the job), ``fds`` sent with the call."""
+    from gi.repository import Gio, GLib
+
+    args = GLib.Variant("(ssa(sv)a(sa(sv)))", (name, "fail", props, []))
+    timeout_ms = int(units._call_timeout_s * 1000)
+    try:
+        if not fds:
+            return units._con.call_sync(
+                SYSTEMD_BUS_NAME, SYSTEMD_PATH, MANAGER_IFACE, "StartTransientUnit", args,
+                GLib.VariantType.new("(o)"), 0, timeout_ms, None,
+            )  # fmt: skip
+        fd_list = Gio.UnixFDList.new()
+        for fd in fds:
+            fd_list.append(fd)  # a copy of each
+        try:
+            reply, _ = units._con.call_with_unix_fd_list_sync(
+                SYSTEMD_BUS_NAME, SYSTEMD_PATH, MANAGER_IFACE, "StartTransientUnit", args,
+                GLib.VariantType.new("(o)"), 0, timeout_ms, fd_list, None,
+            )  # fmt: skip
+        finally:
+            for copy in fd_list.steal_fds():  # else the write end of a pipe stays open here
+                os.close(copy)
+        return reply
+    except GLib.Error as e:
+        raise units._error("start the transient unit", name, e) from e
 
 
 def _result(

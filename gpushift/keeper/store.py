@@ -4,7 +4,12 @@ The file is read strictly (:meth:`Override.from_dict`): anything but what :meth:
 garbage, deep nesting, more than :data:`MAX_BYTES`, a naive time, a wrong type, a backend no longer
 configured, a FIFO or a directory in its place — is ignored: the daemon logs ``override_ignored``,
 follows the schedule, and ``gpushift status`` says why (``ignored``) until the next override is
-saved.
+saved.  A file that is no regular file of the state directory's own (a FIFO, a device, a directory,
+a symlink out of the directory) or is larger than :data:`MAX_BYTES` is never opened as such (the
+one careful reader, :mod:`gpushift.host.safefile`) and is moved aside too, renamed
+``override.json.bad-<UTC time>`` (:func:`gpushift.config.textfile.set_aside`), so that it cannot
+stand in the way of the next save or start; one that is merely wrong (a hand edit) stays, for the
+person to mend.
 
 A full or read-only state directory must neither fail the switch nor let an older override come
 back at the next start: the override then goes to ``runtime_dir/override.json`` (a tmpfs, which
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpushift.config import validate
+from gpushift.config.textfile import set_aside
 from gpushift.host import safefile
 from gpushift.host.files import write_atomic
 from gpushift.host.nulllog import NULL_LOG
@@ -54,6 +60,8 @@ class JsonOverrideStore:
         self.error: str | None = None
         #: Why the file found at load was ignored (None: it was not, or an override was saved since).
         self.ignored: str | None = None
+        #: Where that file was moved aside (None: it was left in place, or could not be moved).
+        self.moved_to: str | None = None
         self._lock = threading.Lock()
         self._unsaved: tuple[Override | None] | None = None  # what the state directory still lacks
 
@@ -64,15 +72,16 @@ class JsonOverrideStore:
             if self.ignored is None:
                 self._unsaved = (ov,)
                 return ov
-            self.ignored = None  # a damaged fallback: the state directory's file is the one
+            self.ignored = self.moved_to = None  # a damaged fallback: the state directory's is the one
         return self._load(self.path)
 
     def _load(self, path: Path) -> Override | None:
         try:
-            raw = safefile.read_bounded(str(path), MAX_BYTES)
+            raw = safefile.read_bounded(str(path), MAX_BYTES, within=str(path.parent))
         except FileNotFoundError:
             return None
         except safefile.Skipped as e:
+            self.moved_to = set_aside(str(path))
             return self._ignore(path, str(e))
         except OSError as e:
             return self._ignore(path, f"cannot read it: {e.strerror or e}")
@@ -95,14 +104,21 @@ class JsonOverrideStore:
         """A damaged file must not keep the daemon from starting (nor crash it later): obey the
         schedule, and say so."""
         self.ignored = why[:300]
-        self.log.error("override_ignored", path=str(path), error=self.ignored, detail="obeying the schedule")
+        self.log.error(
+            "override_ignored",
+            path=str(path),
+            error=self.ignored,
+            moved_to=self.moved_to,
+            detail="obeying the schedule",
+        )
         return None
 
     def save(self, override: Override | None) -> None:
         """Persist; a full or read-only disk must not fail the switch: it is logged, the override
         goes to the fallback, and :meth:`flush` writes it once the state directory can be written."""
         with self._lock:
-            self.ignored = None  # the ignored file is replaced: a person's choice (or the keeper's)
+            # the ignored file is replaced: a person's choice (or the keeper's)
+            self.ignored = self.moved_to = None
             self._save(override, first=True)
 
     def flush(self) -> bool:

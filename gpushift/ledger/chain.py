@@ -5,22 +5,37 @@ column (including ``prev_hash``), so editing any column of any row breaks that r
 (last id + hash) is also kept outside the database in a head file (``ledger.head`` next to the
 database, replaced atomically and fsynced) and in the log line of each write, so that recomputing the
 whole chain after an edit is caught too: the head no longer matches.
+
+The head file is read with the one careful reader (:func:`gpushift.host.safefile.read_bounded`):
+a regular file of its own directory only, at most :data:`HEAD_MAX_BYTES` — a FIFO there must not
+block the daemon, nor ``/dev/zero`` fill its memory.  A reader is told it is unreadable; the writer
+(its first open, every write's check) moves such a file aside (``ledger.head.bad-<UTC time>``,
+:func:`gpushift.config.textfile.set_aside`), logs ``ledger_head_set_aside`` and raises the tamper
+alarm naming it — gpushift never writes one — which ``gpushift status`` shows and ``verify``
+reports until a person clears it; then it writes the head anew.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushift.config import validate
+from gpushift.config.textfile import set_aside
+from gpushift.host import safefile
 from gpushift.ledger.breaks import describe, recorded_break
 from gpushift.ledger.files import write_file_atomic
 from gpushift.ledger.rows import now_iso
 
 #: ``prev_hash`` of the first row.
 GENESIS_HASH = "0" * 64
+
+#: Largest head file read (what :meth:`HeadFile.write` writes is a few hundred bytes).
+HEAD_MAX_BYTES = 1024 * 1024
 
 #: The head of a chain without rows.
 EMPTY_HEAD: dict[str, Any] = {"id": 0, "hash": GENESIS_HASH}
@@ -180,14 +195,38 @@ class HeadFile:
 
     def read(self) -> dict[str, Any] | None:
         """The file's content; None when it does not exist, an ``error`` entry when unreadable."""
+        return self._read()[0]
+
+    def _read(self) -> tuple[dict[str, Any] | None, safefile.Skipped | None]:
+        """:meth:`read`'s answer, and why the careful reader skipped the file (None: it did not)."""
         try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
+            raw = safefile.read_bounded(self.path, HEAD_MAX_BYTES, within=os.path.dirname(self.path) or ".")
+            text = raw.decode("utf-8")
+            too_deep = validate.nesting_problem(text)
+            if too_deep is not None:
+                raise ValueError(too_deep)
+            data = json.loads(text)
         except FileNotFoundError:
-            return None
+            return None, None
+        except safefile.Skipped as e:
+            return {"id": None, "hash": None, "error": f"unreadable: {e}"}, e
         except (OSError, ValueError) as e:
-            return {"id": None, "hash": None, "error": f"unreadable: {e}"}
-        return data if isinstance(data, dict) else {"id": None, "hash": None, "error": "not an object"}
+            return {"id": None, "hash": None, "error": f"unreadable: {e}"}, None
+        if not isinstance(data, dict):
+            return {"id": None, "hash": None, "error": "not an object"}, None
+        return data, None
+
+    def _read_writing(self) -> tuple[dict[str, Any] | None, bool]:
+        """The writer's :meth:`read`: a file the careful reader skipped is moved aside and raises
+        the alarm (then it reads as missing).  Returns the content and whether one was moved."""
+        hf, skipped = self._read()
+        if skipped is None:
+            return hf, False
+        moved = set_aside(self.path)
+        self.emit("error", "ledger_head_set_aside", path=self.path, error=str(skipped), moved_to=moved)
+        where = f"moved to {moved}" if moved else "it could not be moved aside"
+        self.raise_alarm(f"the head file {self.path} could not be read safely ({skipped}); {where}")
+        return None, True
 
     def write(self, head: Mapping[str, Any], prev: Mapping[str, Any] | None) -> None:
         """Name ``head``; ``prev`` is the head before a write that is not yet committed.
@@ -233,9 +272,9 @@ class HeadFile:
 
     def check(self, head: Mapping[str, Any]) -> None:
         """Raise the alarm unless the file names the database's ``head`` (or the one just before it)."""
-        hf = self.read()
-        if hf is not None and (same_head(head, hf) or same_head(head, hf.get("prev"))):
-            return
+        hf, moved = self._read_writing()
+        if moved or (hf is not None and (same_head(head, hf) or same_head(head, hf.get("prev")))):
+            return  # moved: the alarm is raised, naming the file
         if hf is None:
             if head["id"] == 0:
                 return
@@ -249,8 +288,12 @@ class HeadFile:
 
     def check_at_open(self, head: Mapping[str, Any], migrated: bool) -> None:
         """At the writer's first open: write a missing head for a new/migrated database, complete
-        an interrupted head update, or raise the alarm when the file disagrees."""
-        hf = self.read()
+        an interrupted head update, or raise the alarm when the file disagrees (or is no regular
+        file of its directory: then it is moved aside, and the head written anew)."""
+        hf, moved = self._read_writing()
+        if moved:
+            self.write(head, None)
+            return
         if hf is not None and isinstance(hf.get("alarm"), dict):
             self.alarm = hf["alarm"]  # an alarm stands until a person removes it
         if hf is None and (migrated or head["id"] == 0):

@@ -5,7 +5,11 @@ database: ``/run``), written atomically and fsynced, and the same entries in mem
 the record's key (the ``uuid`` column) so that landing it twice updates one row, and ``seq``, the
 time of its first attempt, which orders the replay.  A file that is not an entry this code wrote, or
 a record the database refuses for what it is, is set aside as ``<name>.bad`` for a person, out of the
-replay's way; the log line says where.
+replay's way; the log line says where.  The files are read with the one careful reader
+(:func:`gpushift.host.safefile.read_bounded`): a regular file of the spool directory only (a FIFO
+would block the daemon's start, a symlink to ``/dev/zero`` fill its memory), at most ``max_bytes``;
+anything else is such a damaged file, never opened as what it is.  :attr:`Spool.bad_files` names
+the newest of them (what the ledger's health can show).
 
 The spool is bounded (``max_records``, ``max_bytes``): a record that does not fit is not kept, and
 its one log line (``ledger_record_lost``) carries the whole record.  Every record kept has such a
@@ -22,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpushift.host import safefile
 from gpushift.ledger.files import DIR_MODE, fsync_dir, write_file_atomic
 from gpushift.ledger.rows import now_iso, record_json, redacted
 
@@ -35,6 +40,9 @@ Emit = Callable[..., None]
 DEFAULT_MAX_RECORDS = 1000
 #: ... and at most this many bytes of record files (``/run`` is memory).
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+
+#: How many set-aside spool files :attr:`Spool.bad_files` names (the newest).
+BAD_FILES_KEPT = 10
 
 #: The ``op`` of the first record of a new chain (``breaks.py``): it replays before every other.
 CHAIN_BREAK_OP = "chain_break"
@@ -69,6 +77,9 @@ class Spool:
         self.max_bytes = max_bytes
         #: Records not kept because the spool was full (since this process started).
         self.lost = 0
+        #: ``"<path>: why"`` of the newest spool files found damaged and set aside as ``.bad`` (since
+        #: this process started; at most :data:`BAD_FILES_KEPT`).
+        self.bad_files: list[str] = []
         self._emit = emit
         self._pending: dict[str, dict[str, Any]] = {}  # key -> entry
         self._sizes: dict[str, int] = {}  # key -> bytes of its file
@@ -305,18 +316,25 @@ class Spool:
                 continue
             path = os.path.join(self.dir, name)
             try:
-                with open(path, encoding="utf-8") as f:
-                    entry = json.load(f)
+                entry = json.loads(safefile.read_bounded(path, self.max_bytes, within=self.dir))
                 check_entry(entry, name[: -len(".json")])
                 out.append(entry)
-            except (OSError, ValueError) as e:
-                # Kept for a person, out of the replay's way; the log line says where.
-                self._emit("error", "ledger_spool_bad_file", path=path, error=str(e))
-                if not self.readonly:
-                    with contextlib.suppress(OSError):
-                        os.replace(path, path + ".bad")
+            except FileNotFoundError:
+                continue  # landed (and removed) by the daemon since the listing
+            except (OSError, ValueError, RecursionError) as e:  # Skipped (a FIFO...) is an OSError
+                self._bad_file(path, str(e)[:300])
         out.sort(key=lambda e: e["seq"])
         return out
+
+    def _bad_file(self, path: str, why: str) -> None:
+        """Kept for a person, out of the replay's way; the log line says where."""
+        kept = None
+        if not self.readonly:
+            with contextlib.suppress(OSError):
+                os.replace(path, path + ".bad")
+                kept = path + ".bad"
+            self.bad_files = [*self.bad_files, f"{path}: {why}"][-BAD_FILES_KEPT:]
+        self._emit("error", "ledger_spool_bad_file", path=path, error=why, kept=kept)
 
 
 def check_entry(entry: Any, key: str) -> None:
