@@ -121,6 +121,10 @@ def _daemon_lines(d: dict[str, Any], paint: Paint) -> list[str]:
         lines.append(f"reload:   REJECTED, old config in force: {d['reload_error']}")
     if d.get("override_ignored"):
         lines.append(f"override: IGNORED, obeying the schedule: {local_times(d['override_ignored'])}")
+    if d.get("override_moved_to"):
+        lines.append(f"override: the unusable file was moved to {d['override_moved_to']}")
+    if d.get("run_ignored"):
+        lines.append(f"run store: SET ASIDE at start: {d['run_ignored']}")
     if d.get("override_not_saved"):
         lines.append(f"override: NOT SAVED: {d['override_not_saved']}")
     return lines

@@ -184,6 +184,8 @@ class Daemon:
             "reloaded_at": self.reloaded_at.isoformat() if self.reloaded_at else None,
             "override_ignored": self.override_store.ignored,  # override.json found unusable at start
             "override_not_saved": self.override_store.error,  # the state directory cannot be written
+            "override_moved_to": self.override_store.moved_to,  # the unusable file, set aside
+            "run_ignored": getattr(self.components.ports.runs, "ignored", None),  # run.json set aside
         }
         c = self.components
         out = wiring.compose_status(self.config, sample, now, daemon, c.ledger_view())

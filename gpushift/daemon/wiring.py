@@ -105,7 +105,7 @@ def build(
 
     ledger = make_ledger(config, log, readonly_ledger)
     ports = Ports(
-        runs=JsonRunStore(config.daemon.state_dir, config.daemon.runtime_dir),
+        runs=JsonRunStore(config.daemon.state_dir, config.daemon.runtime_dir, log=log),
         units=units,
         gpu=make_gpu(config),
         probe=HttpBackendProbe(),

@@ -154,7 +154,10 @@ class SqliteLedger(WriterConnection):
         the full spool could not keep (each one is in the log, ``ledger_record_lost``).
         """
         pending = len(self._spool.entries())
-        return health.summary(pending, self._error, self._head.alarm, self.chain_break, self._spool.lost)
+        out = health.summary(pending, self._error, self._head.alarm, self.chain_break, self._spool.lost)
+        if self._spool.bad_files:  # spool files that could not be read, set aside (the newest)
+            out["bad_files"] = list(self._spool.bad_files)
+        return out
 
     # ----------------------------------------------------------------- the port: writes
 

@@ -159,6 +159,9 @@ def test_a_hostile_run_file_is_set_aside_and_the_daemon_starts(env: GpushiftEnv,
     (line,) = events(env, "run_store_set_aside")
     assert line["path"] == str(run) and line["moved_to"] == str(moved), line
     assert line["level"] == "error"
+    # status says so, in --json and in the text
+    assert str(moved) in (st["daemon"].get("run_ignored") or ""), st["daemon"]
+    assert "run store: SET ASIDE at start" in env.cli("status").stdout
     switch_works(env)
     still_the_same_daemon(env, pid)
     assert not os.path.lexists(run), "the switch's run is removed once its row is complete"
@@ -199,6 +202,9 @@ def test_a_fifo_in_the_ledger_spool_is_set_aside(env: GpushiftEnv) -> None:
     (line,) = events(env, "ledger_spool_bad_file")
     assert line["path"] == str(bad) and line["kept"] == str(kept), line
     assert "not a regular file (FIFO)" in line["error"]
+    assert env.status()["ledger"].get("bad_files") == [f"{bad}: not a regular file (FIFO)"], env.status()[
+        "ledger"
+    ]
     switch_works(env)
     assert [r["outcome"] for r in env.ledger()] == ["ok"]
     still_the_same_daemon(env, pid)
