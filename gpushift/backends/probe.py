@@ -34,6 +34,13 @@ def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
     return r.status, r.body
 
 
+def _reason(e: Exception) -> str:
+    """An OS error as a person reads it (``connection refused``), not Python's ``[Errno 111] ...``."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror[0].lower() + e.strerror[1:]
+    return str(e) or type(e).__name__
+
+
 class HttpBackendProbe:
     """The :class:`gpushift.ports.BackendProbe` over HTTP."""
 
@@ -41,7 +48,7 @@ class HttpBackendProbe:
         try:
             status, body = _get(url, timeout_s)
         except (OSError, ValueError) as e:
-            return Health(False, None, f"no answer: {e}")
+            return Health(False, None, f"no answer: {_reason(e)}")
         return Health(status == 200, status, body[:200].decode("utf-8", "replace").strip())
 
     def version(

@@ -136,3 +136,17 @@ def test_parsers_ignore_comments_and_bad_values() -> None:
     assert parse_inflight("# vllm:num_requests_running 9\nother 1\n") is None
     assert parse_inflight(VLLM_METRICS) == 3
     assert parse_slots("not json") is None and parse_slots("{}") is None
+
+
+def test_http_probe_health_of_a_closed_port_reads_as_words_not_python() -> None:
+    """What `gpushift switch` shows while a backend loads: no ``[Errno 111]`` (issue 25)."""
+    import socket
+
+    from gpushift.backends.probe import HttpBackendProbe
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    h = HttpBackendProbe().health(f"http://127.0.0.1:{port}/health", 2.0)
+    assert not h.ok and h.detail == "no answer: connection refused", h
