@@ -202,3 +202,98 @@ def test_hardened_daemon_gives_the_ledger_to_group_gpushift(
     db = env.state_dir / "ledger.db"
     assert db.is_file(), env.daemon_log()[-2000:]
     assert (db.stat().st_gid == gpushift_group) is (not dropin)
+
+
+# ------------------------------------------------------------------ the example backend units
+
+BACKEND_DOC = REPO / "docs" / "real-backends.md"
+BACKEND_UNITS = ("gpushift-vllm.service", "gpushift-llama.service")
+#: In both backend units' hardening block: no capability, no privilege to gain, a user of its own,
+#: a read-only system, loopback only, the GPU's devices only.
+BACKEND_HARDENING = {
+    "DynamicUser": "yes",
+    "NoNewPrivileges": "yes",
+    "CapabilityBoundingSet": "",
+    "AmbientCapabilities": "",
+    "ProtectSystem": "strict",
+    "ProtectHome": "read-only",
+    "PrivateTmp": "yes",
+    "DevicePolicy": "closed",
+    "DeviceAllow": "char-nvidia* rw",
+    "ProtectKernelTunables": "yes",
+    "ProtectKernelModules": "yes",
+    "ProtectKernelLogs": "yes",
+    "ProtectControlGroups": "yes",
+    "ProtectClock": "yes",
+    "ProtectHostname": "yes",
+    "RestrictNamespaces": "yes",
+    "RestrictSUIDSGID": "yes",
+    "LockPersonality": "yes",
+    "RestrictRealtime": "yes",
+    "MemoryDenyWriteExecute": "yes",
+    "IPAddressDeny": "any",
+    "IPAddressAllow": "localhost",
+    "UMask": "0077",
+}
+#: What the backends' stop and start rely on (tests/integration/test_units_verify.py, gpushift's
+#: switch): the hardening must not have dropped any of it.
+BACKEND_KEPT = {"Type": "simple", "KillMode": "control-group", "SendSIGKILL": "yes", "Restart": "no"}
+
+
+def _backend_exposure_documented(unit: str) -> float:
+    """The figure "After" for UNIT in docs/real-backends.md's "Hardening the backend units"."""
+    text = BACKEND_DOC.read_text(encoding="utf-8")
+    section = text.split("## Hardening the backend units", 1)
+    assert len(section) == 2, f"{BACKEND_DOC} has no '## Hardening the backend units' section"
+    m = re.search(rf"\| `{re.escape(unit)}` \| [^|]+ \| \*\*(\d+\.\d+) OK\*\* \|", section[1])
+    assert m, f"{BACKEND_DOC}: no 'After' score for {unit} in the scores table"
+    return float(m.group(1))
+
+
+def _exposure(path: Path) -> float:
+    r = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", "--no-pager", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    m = re.search(rf"Overall exposure level for {re.escape(path.name)}: (\d+\.\d+)", r.stdout + r.stderr)
+    assert m, f"no exposure level in the output (exit {r.returncode}):\n{r.stdout}{r.stderr}"
+    return float(m.group(1))
+
+
+@pytest.mark.parametrize("name", BACKEND_UNITS)
+def test_backend_unit_exposure_is_at_most_the_documented_figure(name: str) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.fail("systemd-analyze is missing (Debian/Ubuntu: apt-get install systemd)", pytrace=False)
+    documented = _backend_exposure_documented(name)
+    assert documented < 4.5, f"docs/real-backends.md records {documented} for {name}: not OK any more"
+    assert _exposure(REPO / "units" / name) <= documented
+
+
+@pytest.mark.parametrize("name", BACKEND_UNITS)
+def test_backend_unit_keeps_its_stop_and_carries_the_hardening_block(name: str) -> None:
+    text = (REPO / "units" / name).read_text(encoding="utf-8")
+    lines = text.splitlines()
+    begins = [i for i, ln in enumerate(lines) if ln.startswith("# --- hardening (begin)")]
+    ends = [i for i, ln in enumerate(lines) if ln.startswith("# --- hardening (end)")]
+    assert len(begins) == 1 and len(ends) == 1 and begins[0] < ends[0], "one hardening block, in order"
+    service = [(k, v) for section, k, v in unitfile.directives(text) if section == "Service"]
+    values: dict[str, list[str]] = {}
+    for k, v in service:
+        values.setdefault(k, []).append(v)
+    for key, want in {**BACKEND_HARDENING, **BACKEND_KEPT}.items():
+        assert values.get(key, [None])[-1] == want, (name, key, values.get(key))
+    assert "TimeoutStopSec" in values and "ExecStart" in values
+    block = "\n".join(lines[begins[0] : ends[0]])
+    for key in BACKEND_HARDENING:  # the tests' helper reads the block: every line must be in it
+        assert f"\n{key}=" in block, f"{name}: {key}= is outside the hardening block"
+    cache = f"gpushift-{name.split('-')[1].split('.')[0]}"
+    assert values["CacheDirectory"] == [cache]
+    assert f"HOME=%C/{cache}" in values["Environment"], "HOME must point into the cache directory"
+    # PrivateDevices= hides /dev/nvidia*; ProcSubset=pid hides /proc/meminfo, which vLLM reads (psutil)
+    assert "PrivateDevices" not in values and "ProcSubset" not in values
+    families = set(values["RestrictAddressFamilies"][-1].split())
+    assert families >= {"AF_UNIX", "AF_INET", "AF_INET6"}
+    # NCCL's bootstrap needs getifaddrs(), i.e. netlink (measured); llama-server runs no NCCL
+    assert ("AF_NETLINK" in families) is (name == "gpushift-vllm.service")

@@ -36,6 +36,35 @@ OFFLINE_ENV = {
     "DO_NOT_TRACK": "1",
 }
 
+#: The shipped example units; their hardening block lies between these two comment lines.
+UNITS = HERE.parents[1] / "units"
+HARDENING_BEGIN = "# --- hardening (begin)"
+HARDENING_END = "# --- hardening (end)"
+#: Lines of the block that the tests' systemd user manager cannot carry out, and why.  Everything
+#: else runs exactly as shipped.
+USER_MANAGER_CANNOT = {
+    # DynamicUser= is for system services only (systemd.exec(5)): a user manager runs its units as
+    # its own user.  The sandbox's manager runs as root, so the servers run as root here, but with
+    # the empty capability bounding set and everything else the block says.
+    "DynamicUser",
+}
+
+
+def hardening_lines(unit: str) -> list[str]:
+    """The directives of ``units/UNIT``'s hardening block (comments dropped), as written there."""
+    lines = (UNITS / unit).read_text(encoding="utf-8").splitlines()
+    begin = [i for i, ln in enumerate(lines) if ln.startswith(HARDENING_BEGIN)]
+    end = [i for i, ln in enumerate(lines) if ln.startswith(HARDENING_END)]
+    assert len(begin) == 1 and len(end) == 1 and begin[0] < end[0], f"units/{unit}: no single hardening block"
+    return [ln for ln in lines[begin[0] + 1 : end[0]] if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def hardening_block(unit: str) -> str:
+    """``[Service]`` lines for a test unit: the shipped block less what a user manager cannot do."""
+    kept = [ln for ln in hardening_lines(unit) if ln.split("=", 1)[0].strip() not in USER_MANAGER_CANNOT]
+    return "".join(f"{ln}\n" for ln in kept)
+
+
 SETUP_HINT = "run `bash tests/realbackends/setup.sh` first (`make test-real` does)"
 
 

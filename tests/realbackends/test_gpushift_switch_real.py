@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realbackends_support import OFFLINE_ENV, RealBackends, TinyModel, free_port, http
+from realbackends_support import OFFLINE_ENV, RealBackends, TinyModel, free_port, hardening_block, http
 
 from gpushift.backends.probe import parse_inflight
 
@@ -34,6 +34,17 @@ PROMPT = {
     "temperature": 0,
     "ignore_eos": True,
 }
+
+
+def assert_confined(env: GpushiftEnv, unit: str) -> None:
+    """The server's main process carries the hardening block: no capabilities, no new privileges,
+    a seccomp filter (MemoryDenyWriteExecute= and SystemCallFilter= are seccomp filters)."""
+    with open(f"/proc/{env.main_pid(unit)}/status", encoding="utf-8") as f:
+        fields = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
+    assert int(fields["CapBnd"].strip(), 16) == 0, fields["CapBnd"]
+    assert int(fields["CapEff"].strip(), 16) == 0, fields["CapEff"]
+    assert fields["NoNewPrivs"].strip() == "1"
+    assert fields["Seccomp"].strip() == "2"
 
 
 @pytest.fixture
@@ -92,7 +103,10 @@ def test_gpushift_switches_real_vllm_and_llama_server(
         environment={"VLLM_CPU_KVCACHE_SPACE": "1", **OFFLINE_ENV},
         # vLLM's CPU workers spin on every core they may use; on this 2-core machine a busy vLLM
         # starved the CLI for ~40 s (measured).  One core for vLLM, one for everything else.
-        extra_service="CPUAffinity=0\n",
+        # Then the shipped unit's hardening block, all of it that a user manager can carry out
+        # (realbackends_support.hardening_block): the CPU build runs under MemoryDenyWriteExecute=
+        # too (measured: this test).
+        extra_service="CPUAffinity=0\n" + hardening_block("gpushift-vllm.service"),
     )
     llama = Backend(
         "llama",
@@ -106,6 +120,7 @@ def test_gpushift_switches_real_vllm_and_llama_server(
             "--metrics --slots -c 512 --parallel 1 -t 1"
         ),
         version_command=[str(realbackends.llama_server), "--version"],
+        extra_service=hardening_block("gpushift-llama.service"),
     )
     env = GpushiftEnv(sandbox, Path(sandbox.base_dir) / "gs", [vllm, llama], release_timeout_s=30).up()
 
@@ -114,6 +129,7 @@ def test_gpushift_switches_real_vllm_and_llama_server(
     timings["switch to vllm (cold start)"] = time.monotonic() - t0
     row = env.ledger_row(env.ledger()[0]["id"])
     assert_warmed_up(row)
+    assert_confined(env, "gs-vllm.service")
     # vLLM's own counters: the warm-up was served, before any request of this test
     assert counter(vport, "vllm:request_success_total") >= 1
     assert completion(vport)["usage"]["completion_tokens"] == 8
@@ -161,6 +177,7 @@ def test_gpushift_switches_real_vllm_and_llama_server(
     ), (drain, row["durations_s"], r.stdout)
     assert not drain["timed_out"]
     assert_warmed_up(row)
+    assert_confined(env, "gs-llama.service")
     assert counter(lport, "llamacpp:tokens_predicted_total") >= 1  # llama-server's own count: the warm-up
     assert completion(lport)["usage"]["completion_tokens"] == 8
     assert row["version_source"] == "command"
