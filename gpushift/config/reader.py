@@ -16,6 +16,7 @@ from gpushift.backends.kind import Kind
 from gpushift.backends.kinds import DEFAULT as DEFAULT_KIND
 from gpushift.backends.kinds import KINDS
 from gpushift.config import textfile, validate
+from gpushift.config.frontdoor import check_against_backends, model_names, read_frontdoor
 from gpushift.config.hooks import read_hooks, read_notify
 from gpushift.config.keys import STRING_MAX, KeyReader
 from gpushift.config.textfile import ENV_CONFIG, config_path
@@ -90,7 +91,7 @@ class _Reader(KeyReader):
         return self.one_line("daemon.schedule", v)
 
     def config(self, data: Mapping[str, Any]) -> Config:
-        self.no_unknown(data, "", {"daemon", "gpu", "backends", "metrics", "hooks", "notify"})
+        self.no_unknown(data, "", {"daemon", "gpu", "backends", "metrics", "hooks", "notify", "frontdoor"})
         daemon = self.daemon(data)
         gpu = self.gpu(data)
         backends = self.backends(data)
@@ -102,6 +103,9 @@ class _Reader(KeyReader):
                             f"backends.{be.name}.gpus",
                             f"GPU {i} does not exist on the simulated host of {gpu.simulated_gpus} GPUs",
                         )
+        frontdoor = read_frontdoor(self, data)
+        if frontdoor is not None:
+            check_against_backends(self, frontdoor, backends)
         return Config(
             path=self.path,
             daemon=daemon,
@@ -110,6 +114,7 @@ class _Reader(KeyReader):
             metrics=self.metrics(data),
             hooks=read_hooks(self, data),
             notify=read_notify(self, data),
+            frontdoor=frontdoor,
         )
 
     def daemon(self, data: Mapping[str, Any]) -> DaemonConfig:
@@ -256,6 +261,8 @@ class _Reader(KeyReader):
             idle_s=self.number(d, where, "idle_s", 5.0, minimum=0.5, maximum=3600),
             prewarm_lead_s=self.number(d, where, "prewarm_lead_s", 120.0, maximum=86400),
             prewarm_paths=self.absolute_paths(d, where, "prewarm_paths"),
+            models=model_names(self, d, where, "models"),
+            aliases=model_names(self, d, where, "aliases") or (),
         )
 
     def version_command(self, d: Mapping[str, Any], where: str) -> tuple[str, ...] | None:

@@ -8,10 +8,14 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpushift.backends.kind import WarmupConfig as WarmupConfig  # a kind's default is one
 from gpushift.backends.kinds import DEFAULT as DEFAULT_KIND
 from gpushift.config.hooks import HooksConfig, NotifyConfig
+
+if TYPE_CHECKING:
+    from gpushift.config.frontdoor import FrontDoorConfig
 
 #: The ranges' upper ends (docs/config.md gives each key's range).
 MIB_MAX = 1024 * 1024  # 1 TiB
@@ -92,6 +96,10 @@ class BackendConfig:
     prewarm_lead_s: float = 120.0  # read its model files into the page cache this long before (0: off)
     prewarm_paths: tuple[str, ...] = ()  # what to pre-warm instead of the kind's model files
     warmup: WarmupConfig | None = None  # a first completion after ready; None: none (generic default)
+    # The model names it serves (config/frontdoor.py); None: its kind reads them from the unit's command
+    # line (the daemon does, and announces them as the D-Bus property Models).
+    models: tuple[str, ...] | None = None
+    aliases: tuple[str, ...] = ()  # names that reach it through the front door whenever it serves
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     hooks: HooksConfig = field(default_factory=HooksConfig)  # config/hooks.py
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    frontdoor: FrontDoorConfig | None = None  # None: no [frontdoor] table, the daemon never calls one
 
     def backend(self, name: str) -> BackendConfig:
         return self.backends[name]

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpushift.config.frontdoor import FrontDoorConfig
 from gpushift.config.hooks import HooksConfig, NotifyConfig
 from gpushift.config.schema import (
     DEFAULT_CONFIG_PATH,
@@ -157,6 +158,7 @@ def test_config_every_key_is_documented_in_docs_config_md(repo_root: Path) -> No
         "[metrics]": set(MetricsConfig.__dataclass_fields__),
         "[hooks]": set(HooksConfig.__dataclass_fields__),
         "[notify]": set(NotifyConfig.__dataclass_fields__),
+        "[frontdoor]": set(FrontDoorConfig.__dataclass_fields__),
     }
     assert "| key | type | default | range | meaning |" in text
 

@@ -13,7 +13,7 @@ from gpushift.config.schema import parse
 from gpushift.errors import ConfigError
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "config.md"
-BACKEND = '[backends.x]\nunit = "x.service"\nhealth_url = "http://127.0.0.1:8000/health"\n'
+BACKEND = '[backends.x]\nunit = "x.service"\nhealth_url = "http://127.0.0.1:8001/health"\n'
 _SECTION = re.compile(r"^## `\[([a-z.A-Z]+)\]`", re.M)
 _ROW = re.compile(r"^\| `([a-z_]+)` \| ([^|]+) \| ([^|]+) \| ([^|]+) \|", re.M)
 _RANGE = re.compile(r"^(-?[\d.]+) – ([\d.]+)")
