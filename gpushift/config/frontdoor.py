@@ -19,38 +19,14 @@ number checks as every other key); docs/config.md lists every key with its range
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from gpushift.config import validate
 from gpushift.config.keys import KeyReader
-from gpushift.config.types import split_listen
+from gpushift.config.types import DEFAULT_LISTEN, MIB, FrontDoorConfig, split_listen
 
-#: What the shipped example listens on: the ports the example backends had, so clients keep working.
-DEFAULT_LISTEN = ("[::]:8000", "[::]:8080")
 #: A model name: one plain line, as vLLM's ``--served-model-name`` and llama-server's ``--alias`` take.
 MODEL_NAME_MAX = 256
-MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class FrontDoorConfig:
-    listen: tuple[str, ...] = DEFAULT_LISTEN
-    hold_timeout_s: float = 300.0  # a held request waits at most this long (then 503 + Retry-After)
-    max_held: int = 1000  # requests held at once; beyond: 503 + Retry-After
-    max_body_bytes: int = 16 * MIB  # a request body over this: 413
-    max_connections: int = 4096  # client connections open at once; beyond, new ones wait in the backlog
-    header_timeout_s: float = 10.0  # a request's head (line and headers) must arrive within this
-    body_timeout_s: float = 60.0  # its body within this
-    idle_timeout_s: float = 75.0  # a keep-alive connection with no request is closed after this
-    upstream_connect_timeout_s: float = 5.0  # connecting to a backend
-    metrics_listen: str = ""  # "HOST:PORT": the front door's own /metrics; "": none
-    bus_timeout_s: float = 5.0  # the daemon's deadline for each call to org.gpushift.FrontDoor1
-
-    @property
-    def addresses(self) -> tuple[tuple[str, int], ...]:
-        """(host, port) of each ``listen`` entry (IPv6 without its brackets)."""
-        return tuple(split_listen(a) for a in self.listen)
 
 
 def read_frontdoor(r: KeyReader, data: Mapping[str, Any]) -> FrontDoorConfig | None:

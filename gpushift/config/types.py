@@ -8,14 +8,10 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gpushift.backends.kind import WarmupConfig as WarmupConfig  # a kind's default is one
 from gpushift.backends.kinds import DEFAULT as DEFAULT_KIND
 from gpushift.config.hooks import HooksConfig, NotifyConfig
-
-if TYPE_CHECKING:
-    from gpushift.config.frontdoor import FrontDoorConfig
 
 #: The ranges' upper ends (docs/config.md gives each key's range).
 MIB_MAX = 1024 * 1024  # 1 TiB
@@ -100,6 +96,31 @@ class BackendConfig:
     # line (the daemon does, and announces them as the D-Bus property Models).
     models: tuple[str, ...] | None = None
     aliases: tuple[str, ...] = ()  # names that reach it through the front door whenever it serves
+
+
+#: What the shipped example listens on: the ports the example backends had, so clients keep working.
+DEFAULT_LISTEN = ("[::]:8000", "[::]:8080")
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FrontDoorConfig:
+    listen: tuple[str, ...] = DEFAULT_LISTEN
+    hold_timeout_s: float = 300.0  # a held request waits at most this long (then 503 + Retry-After)
+    max_held: int = 1000  # requests held at once; beyond: 503 + Retry-After
+    max_body_bytes: int = 16 * MIB  # a request body over this: 413
+    max_connections: int = 4096  # client connections open at once; beyond, new ones wait in the backlog
+    header_timeout_s: float = 10.0  # a request's head (line and headers) must arrive within this
+    body_timeout_s: float = 60.0  # its body within this
+    idle_timeout_s: float = 75.0  # a keep-alive connection with no request is closed after this
+    upstream_connect_timeout_s: float = 5.0  # connecting to a backend
+    metrics_listen: str = ""  # "HOST:PORT": the front door's own /metrics; "": none
+    bus_timeout_s: float = 5.0  # the daemon's deadline for each call to org.gpushift.FrontDoor1
+
+    @property
+    def addresses(self) -> tuple[tuple[str, int], ...]:
+        """(host, port) of each ``listen`` entry (IPv6 without its brackets)."""
+        return tuple(split_listen(a) for a in self.listen)
 
 
 @dataclass(frozen=True)

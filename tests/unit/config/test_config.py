@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpushift.config.frontdoor import FrontDoorConfig
 from gpushift.config.hooks import HooksConfig, NotifyConfig
 from gpushift.config.schema import (
     DEFAULT_CONFIG_PATH,
@@ -26,6 +25,7 @@ from gpushift.config.schema import (
     load,
     parse,
 )
+from gpushift.config.types import FrontDoorConfig
 from gpushift.errors import ConfigError
 
 PATH = "/etc/gpushift/test.toml"

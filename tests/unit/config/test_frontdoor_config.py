@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpushift.config.frontdoor import DEFAULT_LISTEN, port_of
+from gpushift.config.frontdoor import port_of
 from gpushift.config.schema import parse
+from gpushift.config.types import DEFAULT_LISTEN
 from gpushift.errors import ConfigError
 
 BACKENDS = """
