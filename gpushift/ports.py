@@ -181,6 +181,36 @@ class Doctor(Protocol):
     ) -> Sequence[Any]: ...
 
 
+class FrontDoorPort(Protocol):
+    """The front door (``org.gpushift.FrontDoor1``, docs/frontdoor.md), as the daemon calls it.
+
+    Each call is bounded by ``[frontdoor] bus_timeout_s``.  None of them raises: a front door that
+    is absent, slow or failing answers None (and the adapter logs one line), so a switch never
+    fails or waits longer for it; :meth:`last_error` says why for the ledger row.
+    """
+
+    def close(self, backend: str) -> int | None:
+        """Stop forwarding new requests to ``backend``; the requests still in flight there."""
+        ...
+
+    def in_flight(self, backend: str) -> int | None:
+        """The requests the front door has in flight on ``backend`` now."""
+        ...
+
+    def release(self, serving: str) -> tuple[int, float] | None:
+        """Forward the held requests ``serving`` serves (``off``: none), answer the others, reopen
+        ``serving``; (held, longest hold in seconds)."""
+        ...
+
+    def status(self) -> dict[str, Any] | None:
+        """``{"listen", "held", "in_flight": {backend: n}, "closed", "daemon", "requests"}``."""
+        ...
+
+    def last_error(self, call: str) -> str | None:
+        """Why the last ``call`` (``"close"``, ``"release"``, ...) answered None; None after a success."""
+        ...
+
+
 @dataclass
 class Ports:
     """Everything a switch talks through: the real adapters (built by ``wiring``) or test fakes."""
@@ -194,6 +224,7 @@ class Ports:
     doctor: Doctor | None = None
     runs: RunStore | None = None
     hooks: HookRunner | None = None
+    frontdoor: FrontDoorPort | None = None  # only with a [frontdoor] table
 
 
 def states_one_by_one(

@@ -37,6 +37,11 @@ def no_checkpoint(args: Sequence[str]) -> str | None:
     return None
 
 
+def no_models(args: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
+    """For a kind that cannot tell the model names it serves from its command line."""
+    return ()
+
+
 @dataclass(frozen=True)
 class Kind:
     """What gpushift knows about one kind of inference server.
@@ -59,6 +64,9 @@ class Kind:
         api_key_env: the environment variable the server reads its API key from.
         checkpoint_dir: the local model directory whose ``config.json`` the doctor reads.
         doctor: the doctor's rules for the kind; None: only the rules for every backend.
+        served_models: the model names the server answers to (what its ``/v1/models`` lists as
+            ``id``), read from a command line (expanded) and the unit's environment; () when the
+            command line does not tell (the config's ``models`` then must).
     """
 
     name: str
@@ -72,3 +80,4 @@ class Kind:
     api_key_env: str | None = None
     checkpoint_dir: Callable[[Sequence[str]], str | None] = no_checkpoint
     doctor: KindRules | None = None
+    served_models: Callable[[Sequence[str], Mapping[str, str]], tuple[str, ...]] = no_models

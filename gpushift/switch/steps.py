@@ -16,6 +16,7 @@ from gpushift.backends import cmdline, warmup
 from gpushift.config.schema import BackendConfig, Config
 from gpushift.errors import CancelRefused
 from gpushift.ports import Ports
+from gpushift.switch import frontdoor
 from gpushift.switch.policy import gate
 from gpushift.switch.run import StepFailed, SwitchRun
 from gpushift.values import GpuReading, Phase, SwitchRecord, UnitState
@@ -137,19 +138,25 @@ class Steps:
     # ------------------------------------------------------------------ steps
 
     def drain(self, run: SwitchRun, config: Config, b: BackendConfig) -> dict[str, Any]:
-        """Wait (up to drain_timeout_s) until ``b`` has no request running or waiting."""
+        """Close ``b`` at the front door (when there is one, also with ``--now``), then wait (up to
+        drain_timeout_s) until ``b`` has no request running or waiting: the larger of its own count
+        and the front door's (``switch/frontdoor.py``)."""
         clock = self.ports.clock
         t0 = clock.monotonic()
+        at_close = frontdoor.close(self.ports, run, b)
+        if self.ports.frontdoor is not None:
+            shown = "not answering" if at_close is None else f"{at_close} request(s) in flight there"
+            self.report(run, Phase.DRAIN, f"{b.name}: closed at the front door ({shown})")
         if run.skip_drain:
             self.report(run, Phase.DRAIN, f"{b.name}: drain skipped (--now)")
             return {"backend": b.name, "skipped": True}
-        first = self.ports.probe.in_flight(b)
-        n = first
+        count = frontdoor.DrainCount(self.ports, b, at_close)
+        first = n = count.first
         self.report(run, Phase.DRAIN, f"{b.name}: {'unknown' if n is None else n} request(s) in flight")
         while n is not None and n > 0 and clock.monotonic() - t0 < b.drain_timeout_s:
             self.check_cancel(run, Phase.DRAIN)
             clock.sleep(config.daemon.poll_interval_s)
-            n = self.ports.probe.in_flight(b)
+            n = count.now()
         waited = round(clock.monotonic() - t0, 3)
         timed_out = bool(n) and n is not None and n > 0
         if first:
