@@ -189,6 +189,8 @@ class FrontDoorPort(Protocol):
     fails or waits longer for it; :meth:`last_error` says why for the ledger row.
     """
 
+    timeout_s: float  # each call's deadline (``bus_timeout_s``; a reload sets it)
+
     def close(self, backend: str) -> int | None:
         """Stop forwarding new requests to ``backend``; the requests still in flight there."""
         ...

@@ -19,7 +19,7 @@ from gpushift.errors import GpushiftError, SystemdError
 from gpushift.host.nulllog import NULL_LOG
 from gpushift.ledger.view import LedgerView, RememberingLedger, read_view
 from gpushift.ports import GpuProbe, Ledger, Ports, UnitControl, states_one_by_one
-from gpushift.sampler.sample import Sample, to_status
+from gpushift.sampler.sample import Sample, frontdoor_entry, to_status
 from gpushift.values import OFF, UnitState
 
 
@@ -166,6 +166,8 @@ def compose_status(
     }
     if "warning" in part:
         out["warning"] = part["warning"]
+    if config.frontdoor is not None:  # what the front door's Status() said at the last sample
+        out["frontdoor"] = frontdoor_entry(sample, now_mono, config.frontdoor.listen)
     return out
 
 
