@@ -91,6 +91,13 @@ class BackendProbe(Protocol):
         """Send a warm-up request (a first completion) and time it; never raises."""
         ...
 
+    def models(
+        self, url: str, headers: Mapping[str, str], timeout_s: float = 5.0
+    ) -> tuple[list[str] | None, str | None]:
+        """The model names a backend's ``/v1/models`` lists (``data[].id``), or (None, why not);
+        never raises."""
+        ...
+
 
 class Ledger(Protocol):
     """The deployment ledger (SQLite)."""

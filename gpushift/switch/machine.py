@@ -461,6 +461,7 @@ class Switcher:
         st = ready
         if steps.warm_up(run, config, target_cfg, rec, ready) or st is None:
             st = self.ports.units.state(target_cfg.unit)
+        steps.compare_models(run, target_cfg, rec, st)  # recorded, never a failure
         steps.persist(run)
         steps.check_cancel(run, Phase.READY)
         rec.vram["ready"] = [r.to_dict() for r in steps.readings(plan.watched)]

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpushift.backends import cmdline, warmup
+from gpushift.backends import cmdline, models, warmup
 from gpushift.config.schema import BackendConfig, Config
 from gpushift.errors import CancelRefused
 from gpushift.ports import Ports
@@ -31,6 +31,8 @@ READY_FAST_S = 2.0
 HEALTH_TIMEOUT_S = 1.0
 #: How often the readiness wait asks systemd about the starting unit (an exit is noticed this soon).
 UNIT_CHECK_INTERVAL_S = 0.25
+#: The deadline of the warm-up's look at ``/v1/models`` (the model names the front door routes by).
+MODELS_TIMEOUT_S = 5.0
 
 
 def ready_interval(config: Config, waited_s: float) -> float:
@@ -326,6 +328,32 @@ class Steps:
             run, Phase.WARMUP, f"{b.name} answered: first token {res.ttft_s:.2f}s, all {res.total_s:.2f}s"
         )
         return True
+
+    def compare_models(self, run: SwitchRun, b: BackendConfig, rec: SwitchRecord, st: UnitState) -> None:
+        """After the warm-up: the model names gpushift routes by (the config's ``models``, else its
+        kind's reading of ``ExecStart=``) against what the server lists at ``/v1/models``, recorded
+        as ``extra.model_names`` (``expected``, ``listed`` or ``error``, ``missing``).  A mismatch is
+        reported and recorded, never a failure: the server serves, the names may be stale."""
+        names = models.resolve(b.kind, b.models, st.exec_start, st.environment)
+        if not names:
+            return  # nothing to compare (gpushift check says so)
+        env = cmdline.environment(st.environment)
+        argv = self.ports.host.cmdline(st.main_pid) if st.main_pid else []
+        url, headers = warmup.models_query(b, argv or cmdline.expand(st.exec_start, env), env)
+        listed, error = self.ports.probe.models(url, headers, MODELS_TIMEOUT_S)
+        entry: dict[str, Any] = {"expected": list(names)}
+        if listed is None:
+            entry["error"] = error
+        else:
+            entry["listed"] = listed[:32]
+            bad = models.compare(names, listed)
+            if bad is not None:
+                entry["missing"] = bad["missing"]
+                self.report(
+                    run, run.phase, f"warning: {b.name} does not list the model name(s) "
+                    f"{', '.join(bad['missing'])} at /v1/models (it lists {', '.join(listed[:8]) or 'none'})",
+                )  # fmt: skip
+        rec.extra["model_names"] = entry
 
     def record_launch(self, rec: SwitchRecord, b: BackendConfig, st: UnitState) -> None:
         """The launch as it really runs: argv from /proc, the version, the launch description."""

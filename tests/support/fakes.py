@@ -555,6 +555,8 @@ class FakeProbe:
         self.version_error: Exception | None = None  # version() raises this (a bug in a probe)
         self.warmups: list[WarmupRequest] = []
         self.warmup_results: dict[str, WarmupResult] = {}  # by URL; absent: answered at once
+        self.model_lists: dict[str, list[str]] = {}  # /v1/models by URL; absent: HTTP 404
+        self.models_calls: list[tuple[str, dict[str, str]]] = []
         self._lock = threading.Lock()
 
     def set_health(
@@ -621,6 +623,12 @@ class FakeProbe:
         self.warmups.append(request)
         self.log.add("probe.warmup", request.url)
         return self.warmup_results.get(request.url, WarmupResult(True, 200, "1 chunk(s)", 0.01, 0.02, 1))
+
+    def models(self, url: str, headers: Any, timeout_s: float = 5.0) -> tuple[list[str] | None, str | None]:
+        self.models_calls.append((url, dict(headers)))
+        self.log.add("probe.models", url)
+        names = self.model_lists.get(url)
+        return (list(names), None) if names is not None else (None, "HTTP 404")
 
     def in_flight(self, backend: Any) -> int | None:
         name = backend.name

@@ -81,3 +81,17 @@ def test_compare_with_v1_models() -> None:
     assert models.compare(["day"], ["qwen"]) == {"expected": ["day"], "listed": ["qwen"], "missing": ["day"]}
     assert models.compare([], ["qwen"]) == {"expected": [], "listed": ["qwen"], "missing": []}
     assert models.compare([], []) is None
+
+
+def test_the_models_query_carries_the_backends_api_key() -> None:
+    from types import SimpleNamespace
+
+    from gpushift.backends import warmup
+
+    b = SimpleNamespace(kind="vllm", health_url="http://127.0.0.1:8001/health", warmup=None)
+    assert warmup.models_query(b, [*VLLM, "--api-key", "k1"], {}) == (
+        "http://127.0.0.1:8001/v1/models",
+        {"Authorization": "Bearer k1"},
+    )
+    assert warmup.models_query(b, VLLM, {"VLLM_API_KEY": "k2"})[1] == {"Authorization": "Bearer k2"}
+    assert warmup.models_query(b, VLLM, {})[1] == {}

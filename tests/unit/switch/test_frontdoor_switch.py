@@ -197,3 +197,51 @@ def test_a_silent_front_door_is_not_asked_again_during_the_drain(world: Any, fd:
 def test_without_a_front_door_nothing_is_recorded(world: Any) -> None:
     res = world.switch("night")
     assert "frontdoor" not in world.record(res).extra
+
+
+# --------------------------------------------------------------------------- the warm-up's model names
+
+
+def _with_models(world: Any, names: tuple[str, ...]) -> None:
+    from dataclasses import replace
+
+    night = replace(world.config.backends["night"], models=names)
+    world.config = replace(world.config, backends={**world.config.backends, "night": night})
+    world.switcher.reconfigure(world.config)
+
+
+def test_the_warm_up_compares_the_model_names_with_v1_models_and_never_fails_on_it(world: Any) -> None:
+    _with_models(world, ("llama", "default-night"))
+    url = "http://127.0.0.1:18080/v1/models"
+    world.probe.model_lists[url] = ["llama"]
+    res = world.switch("night")
+    assert res.ok, res  # a mismatch is recorded, not a failure
+    assert world.record(res).extra["model_names"] == {
+        "expected": ["llama", "default-night"],
+        "listed": ["llama"],
+        "missing": ["default-night"],
+    }
+    warned = [e.detail for e in world.events_of(res.ticket) if "does not list" in e.detail]
+    assert warned == [
+        "warning: night does not list the model name(s) default-night at /v1/models (it lists llama)"
+    ]
+    assert world.log.last("probe.models") < world.log.first("probe.version")
+
+
+def test_the_model_names_match_or_cannot_be_read(world: Any) -> None:
+    _with_models(world, ("llama",))
+    url = "http://127.0.0.1:18080/v1/models"
+    world.probe.model_lists[url] = ["llama", "other"]
+    res = world.switch("night")
+    assert world.record(res).extra["model_names"] == {"expected": ["llama"], "listed": ["llama", "other"]}
+    del world.probe.model_lists[url]
+    world.switch("day")
+    res = world.switch("night")
+    assert res.ok, res
+    assert world.record(res).extra["model_names"] == {"expected": ["llama"], "error": "HTTP 404"}
+
+
+def test_no_model_names_known_no_look(world: Any) -> None:
+    res = world.switch("night")  # a generic backend without models = [...]: nothing to compare
+    assert "model_names" not in world.record(res).extra
+    assert world.probe.models_calls == []
