@@ -24,8 +24,6 @@ INTERFACE = "org.gpushift.FrontDoor1"
 
 #: A status document larger than this is not read (the front door's is a few hundred bytes).
 MAX_STATUS_CHARS = 1024 * 1024
-#: Gio's G_DBUS_CALL_FLAGS_NO_AUTO_START: a front door that is not running is not activated by the bus.
-_NO_AUTO_START = 1
 #: Calls the daemon makes every period: their errors are logged when they change, not each time.
 _POLLED = frozenset({"in_flight", "status"})
 
@@ -83,7 +81,7 @@ class BusFrontDoor:
     # -- the bus
 
     def _call(self, call: str, method: str, signature: str, args: tuple[Any, ...], reply: str) -> Any:
-        from gi.repository import GLib
+        from gi.repository import Gio, GLib
 
         try:
             answer = self._con.call_sync(
@@ -93,7 +91,7 @@ class BusFrontDoor:
                 method,
                 GLib.Variant(signature, args),
                 GLib.VariantType.new(reply),
-                _NO_AUTO_START,
+                Gio.DBusCallFlags.NO_AUTO_START,  # a front door not running is not activated by the bus
                 max(1, int(self.timeout_s * 1000)),
                 None,
             ).unpack()
