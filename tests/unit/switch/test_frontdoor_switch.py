@@ -158,7 +158,7 @@ def test_an_absent_front_door_changes_nothing_but_the_row(world: Any, fd: Any) -
     rec = world.record(res)
     (drain,) = rec.extra["drain"]
     assert (drain["in_flight_at_start"], drain["in_flight_at_stop"]) == (2, 0)  # the backend's own count
-    assert rec.extra["frontdoor"]["error"].startswith("release: org.freedesktop.DBus.Error.ServiceUnknown")
+    assert rec.extra["frontdoor"]["error"].startswith("Release: org.freedesktop.DBus.Error.NameHasNoOwner")
     assert rec.extra["frontdoor"]["in_flight_at_close"] is None
 
 
@@ -178,7 +178,7 @@ def test_a_front_door_that_never_answers_costs_each_call_its_timeout_only(
     # Close got no answer and the backend says 0: the drain is over at once; then Release
     assert calls == ["frontdoor.close", "frontdoor.release"]
     assert world.clock.elapsed - t_base == pytest.approx(2 * 5.0)  # two calls, each its bus_timeout_s
-    assert world.record(res).extra["frontdoor"]["error"] == "release: Timeout was reached"
+    assert world.record(res).extra["frontdoor"]["error"] == "Release: Timeout was reached"
 
 
 def test_a_silent_front_door_is_not_asked_again_during_the_drain(world: Any, fd: Any) -> None:
