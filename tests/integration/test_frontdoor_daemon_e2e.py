@@ -88,6 +88,17 @@ def make_env(sandbox: Any, name: str, **opts: Any) -> FrontDoorEnv:
     )
 
 
+def wait_serving(env: GpushiftEnv, backend: str) -> None:
+    """Until ``backend`` serves and the switch that brought it up has ended (its Release is sent
+    after ready: a backend can serve while its switch still runs)."""
+
+    def idle_on() -> bool:
+        st = env.status()
+        return st.get("active") == backend and st["daemon"].get("state") == "idle"
+
+    env.wait_for(idle_on, 60, f"{backend} serving, no switch running")
+
+
 def fold(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     states, state = [], {}
     for c in changes:
@@ -103,7 +114,7 @@ def test_properties_and_a_drain_that_waits_for_the_front_doors_request(sandbox: 
     try:
         env = make_env(sandbox, "gs").up()
         uenv = sandbox.env
-        env.wait_for(lambda: env.status().get("active") == "day", 60, "the schedule's day backend")
+        wait_serving(env, "day")
         assert bc.get_property(USER, "SwitchTarget", env=uenv) == 's ""'
         assert (
             bc.get_property(USER, "Models", env=uenv)
@@ -189,7 +200,7 @@ def test_a_front_door_that_never_answers_costs_each_call_its_timeout(sandbox: An
         env = make_env(sandbox, "gs")
         env.bus_timeout_s = 1.0
         env.up()
-        env.wait_for(lambda: env.status().get("active") == "day", 60, "the schedule's day backend")
+        wait_serving(env, "day")
         st = env.status()
         assert st["frontdoor"]["answered"] is False, st["frontdoor"]
         assert "front door: " in env.cli("status").stdout and "not answering" in env.cli("status").stdout
