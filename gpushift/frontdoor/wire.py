@@ -20,10 +20,12 @@ problem); a ``model`` that is not a string is a 400.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 #: Hop-by-hop fields (lower case).
 HOP_BY_HOP = frozenset(
@@ -143,3 +145,44 @@ def _not_json(required: bool, why: str) -> Body:
 def with_model(document: dict[str, Any], model: str) -> bytes:
     """The body again with ``model`` set (an alias rewritten to the backend's name)."""
     return json.dumps({**document, "model": model}, ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a backend is reached: the scheme, host and port of its ``health_url``."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+def loopback_origin(url: str) -> Origin:
+    """The origin of a backend's ``health_url``: the only place the front door sends its requests.
+
+    Raises:
+        ValueError: naming the URL, when it is not ``http(s)://`` on a loopback address
+            (127.0.0.0/8, ``::1`` or ``localhost``).
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"{url!r} is not a URL: {e}") from None
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not host:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    if host != "localhost":
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(
+                f"{url!r} is not on a loopback address: the front door forwards only to 127.0.0.1, ::1 or localhost"
+            )
+    return Origin(parts.scheme, host, port or (443 if parts.scheme == "https" else 80))

@@ -137,3 +137,33 @@ def test_with_model_rewrites_only_the_model() -> None:
     b = wire.read_body(b'{"model": "default", "stream": true, "n": "\xc3\xa9"}', "/v1/completions", J, "")
     assert b.document is not None
     assert json.loads(wire.with_model(b.document, "real")) == {"model": "real", "stream": True, "n": "é"}
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("http://127.0.0.1:8001/health", "http://127.0.0.1:8001"),
+        ("http://127.3.4.5/health", "http://127.3.4.5:80"),
+        ("https://localhost/h", "https://localhost:443"),
+        ("http://[::1]:8081/health", "http://[::1]:8081"),
+        ("http://user@127.0.0.1:8001/", "http://127.0.0.1:8001"),
+    ],
+)
+def test_loopback_origin(url: str, origin: str) -> None:
+    assert wire.loopback_origin(url).url == origin
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://10.0.0.5:8000/health", "not on a loopback address"),
+        ("http://gpu-host:8000/health", "not on a loopback address"),
+        ("http://0.0.0.0:8000/health", "not on a loopback address"),
+        ("ftp://127.0.0.1/x", "not an http"),
+        ("http://127.0.0.1:99999/x", "not a URL"),
+        ("/health", "not an http"),
+    ],
+)
+def test_not_a_loopback_origin(url: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        wire.loopback_origin(url)
