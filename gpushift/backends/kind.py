@@ -67,6 +67,9 @@ class Kind:
         served_models: the model names the server answers to (what its ``/v1/models`` lists as
             ``id``), read from a command line (expanded) and the unit's environment; () when the
             command line does not tell (the config's ``models`` then must).
+        native_routes: the kind's own inference routes beside the OpenAI ones (``/v1/...``), which
+            the front door forwards too (``/completion``, ``/tokenize``, ...): exact paths.  Its
+            administrative routes (slots, props, metrics) are left out on purpose.
     """
 
     name: str
@@ -81,3 +84,4 @@ class Kind:
     checkpoint_dir: Callable[[Sequence[str]], str | None] = no_checkpoint
     doctor: KindRules | None = None
     served_models: Callable[[Sequence[str], Mapping[str, str]], tuple[str, ...]] = no_models
+    native_routes: tuple[str, ...] = ()

@@ -26,6 +26,22 @@ _SPLIT = ("-sm", "--split-mode")
 _ALIAS = ("-a", "--alias")
 _MODEL = ("-m", "--model")
 
+#: Its own inference routes the front door forwards (llama.cpp's server README, "API Endpoints":
+#: https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md); not ``/slots`` (it can save and restore a slot's cache to files), ``/props`` (it
+#: can change the server's settings), ``/metrics`` nor ``/lora-adapters``.
+NATIVE_ROUTES = (
+    "/completion",
+    "/completions",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/embedding",
+    "/embeddings",
+    "/reranking",
+    "/rerank",
+    "/infill",
+)
+
 
 def launch_rules(launch: Launch) -> list[Finding]:
     """``--split-mode none`` leaves every GPU but the main one idle."""
@@ -87,4 +103,5 @@ KIND = Kind(
     api_key_env="LLAMA_API_KEY",
     doctor=KindRules(DEFAULT_PORT, launch_rules, model_paths),
     served_models=served_models,
+    native_routes=NATIVE_ROUTES,
 )
