@@ -133,7 +133,7 @@ def scenarios(mk: Callable[..., Any], fakes: Any) -> None:
     cancel_in(w, P.HOOKS, "after_ready")
     assert w.switch("night").outcome is Outcome.ROLLED_BACK
     w = setup(mk, fakes, warmup=True)  # the warm-up request fails
-    w.probe.warmup = lambda req: WarmupResult(False, 500, "boom", 0.0, 0.0, 0)
+    w.probe.warmup = lambda req, expect_cgroup=None: WarmupResult(False, 500, "boom", 0.0, 0.0, 0)
     assert w.switch("night").failed_phase is P.WARMUP
 
 
