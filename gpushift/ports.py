@@ -92,8 +92,9 @@ class BackendProbe(Protocol):
         expect_cgroup: str | None = None,
     ) -> VersionInfo: ...
 
-    def in_flight(self, backend: Any) -> int | None:
-        """Requests running or waiting on the backend; None when it cannot be told."""
+    def in_flight(self, backend: Any, expect_cgroup: str | None = None) -> int | None:
+        """Requests running or waiting on the backend; None when it cannot be told (or another
+        process than the unit's answered)."""
         ...
 
     def warmup(self, request: WarmupRequest, expect_cgroup: str | None = None) -> WarmupResult:

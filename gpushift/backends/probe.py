@@ -113,15 +113,15 @@ class HttpBackendProbe:
 
         return run(request, expect_cgroup, self.peers)
 
-    def in_flight(self, backend: Any) -> int | None:
+    def in_flight(self, backend: Any, expect_cgroup: str | None = None) -> int | None:
         """Requests running or waiting, as the backend's kind reads its metrics page (a ``generic``
-        one's as any kind's); None when unknown."""
+        one's as any kind's); None when unknown (and when another process answered)."""
         url = getattr(backend, "metrics_url", None)
         if not url:
             return None
         try:
-            status, body = self._get(url, IN_FLIGHT_TIMEOUT_S)
-        except (OSError, ValueError):
+            status, body = self._get(url, IN_FLIGHT_TIMEOUT_S, expect_cgroup)
+        except (OSError, ValueError, RefusedAnswer):
             return None
         if status != 200:
             return None

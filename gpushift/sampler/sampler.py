@@ -183,7 +183,7 @@ class Sampler:
                 jobs[f"health:{name}"] = _bind(
                     self._probe.health, b.health_url, timeout, st.value.control_group
                 )
-                jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, b)
+                jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, b, st.value.control_group)
         second = self._launch(jobs)
         _join([*first.values(), *second.values()], t0 + _ALL_BY * period)
         return self._publish(cfg, period)

@@ -155,13 +155,14 @@ class Steps:
         if run.skip_drain:
             self.report(run, Phase.DRAIN, f"{b.name}: drain skipped (--now)")
             return {"backend": b.name, "skipped": True}
-        first = self.ports.probe.in_flight(b)
+        cgroup = self.ports.units.state(b.unit).control_group  # only its own answers count
+        first = self.ports.probe.in_flight(b, cgroup)
         n = first
         self.report(run, Phase.DRAIN, f"{b.name}: {'unknown' if n is None else n} request(s) in flight")
         while n is not None and n > 0 and clock.monotonic() - t0 < b.drain_timeout_s:
             self.check_cancel(run, Phase.DRAIN)
             clock.sleep(config.daemon.poll_interval_s)
-            n = self.ports.probe.in_flight(b)
+            n = self.ports.probe.in_flight(b, cgroup)
         waited = round(clock.monotonic() - t0, 3)
         timed_out = bool(n) and n is not None and n > 0
         if first:

@@ -116,7 +116,7 @@ class RunningIsHealthy:
     ) -> VersionInfo:
         return VersionInfo("torch-holder", "none")
 
-    def in_flight(self, backend: Any) -> int | None:
+    def in_flight(self, backend: Any, expect_cgroup: str | None = None) -> int | None:
         return 0
 
 

@@ -722,7 +722,7 @@ class FakeProbe:
             return WarmupResult(False, None, imp.message(expect_cgroup), foreign=imp.foreign(expect_cgroup))
         return self.warmup_results.get(request.url, WarmupResult(True, 200, "1 chunk(s)", 0.01, 0.02, 1))
 
-    def in_flight(self, backend: Any) -> int | None:
+    def in_flight(self, backend: Any, expect_cgroup: str | None = None) -> int | None:
         name = backend.name
         with self._lock:
             self.in_flight_polls.append(name)

@@ -79,10 +79,10 @@ def cancel_in(w: Any, phase: Phase, detail: str = "") -> None:
     w.switcher.listeners.append(listen)
 
 
-def breaks_after_one(calls: list[int]) -> Callable[[Any], int | None]:
+def breaks_after_one(calls: list[int]) -> Callable[..., int | None]:
     """A drain probe that answers once (requests in flight), then fails (an adapter's error)."""
 
-    def in_flight(backend: Any) -> int | None:
+    def in_flight(backend: Any, expect_cgroup: str | None = None) -> int | None:
         calls.append(1)
         if len(calls) > 1:
             raise GpushiftError("the probe broke")
