@@ -259,7 +259,7 @@ class PeerFinder:
 
     def _accepted(self, conn: Connection, end: SocketEnd, until: float) -> SocketEnd:
         """``end`` once the server accepted (its inode set), or as it is at ``until``."""
-        pause = 0.001
+        pause = 0.0002  # a server accepts within microseconds; a busy one may take a while
         while end.inode == 0 and time.monotonic() < until:
             time.sleep(min(pause, max(0.0, until - time.monotonic())))
             pause = min(pause * 2, 0.05)
