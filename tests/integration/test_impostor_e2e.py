@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -30,40 +29,9 @@ from typing import Any
 import pytest
 from gpushift_env import Backend, GpushiftEnv, end, free_port
 
-#: Runs a command as user nobody, without root's groups (the tests run as root).
-AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+from tests.support import impostor
 
-FAKE_VERSION = "6.6.6-impostor"
-
-#: argv: port version.  Answers 200 to every GET and POST ({"version": V} on /version, a
-#: completion on POST), prints "listening" once bound.
-IMPOSTOR = r"""
-import json, sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-port, version = int(sys.argv[1]), sys.argv[2]
-
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-    def _send(self, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def do_GET(self):
-        print("GET", self.path, flush=True)
-        self._send({"version": version} if self.path.startswith("/version") else {"status": "ok"})
-    def do_POST(self):
-        print("POST", self.path, flush=True)
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self._send({"choices": [{"index": 0, "text": "impostor", "finish_reason": "stop"}]})
-
-server = ThreadingHTTPServer(("127.0.0.1", port), H)
-print("listening", flush=True)
-server.serve_forever()
-"""
+FAKE_VERSION = impostor.VERSION
 
 
 class Lines:
@@ -92,13 +60,9 @@ def procs() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def start_impostor(procs: list[subprocess.Popen[str]], port: int, env: GpushiftEnv) -> tuple[int, Lines]:
-    """The impostor as user nobody on ``port``, once it listens; returns its PID and its output."""
-    p = subprocess.Popen(
-        [*AS_NOBODY, sys.executable, "-c", IMPOSTOR, str(port), FAKE_VERSION],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    """The impostor (tests/support/impostor.py, user nobody) on ``port``, once it listens; returns
+    its PID and its output."""
+    p = impostor.start(port)
     procs.append(p)
     out = Lines(p)
     env.wait_for(lambda: "listening" in out.lines or p.poll() is not None, 30, "the impostor to listen")
