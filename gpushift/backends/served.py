@@ -186,9 +186,3 @@ def judge(
         return RefusedForeign(conn.address, expected, tuple(peers), uid, socket_cgroup)
     return RefusedUnknown(conn.address, why or "no process was found holding the connection")
 
-
-def unchecked_reason(expect_cgroup: str | None, checker: PeerCheck | None) -> str | None:
-    """Why a request asked to be checked cannot be (None: it can, or was not asked to be)."""
-    if expect_cgroup is not None and checker is None:
-        return "no peer check is configured"
-    return None

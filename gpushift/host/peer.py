@@ -119,16 +119,23 @@ def _hex_address(host: str, port: int) -> str:
 
 
 def proc_net_end(conn: Connection, proc: str = procscan.PROC) -> SocketEnd | None:
-    """The server end of ``conn`` from its line in ``/proc/net/tcp`` (``tcp6``): uid and inode."""
-    table = "tcp6" if _family(conn.server[0]) == socket.AF_INET6 else "tcp"
-    wanted = f"{_hex_address(*conn.server)} {_hex_address(*conn.client)} "
-    with open(f"{proc}/net/{table}", encoding="ascii", errors="replace") as f:
-        text = f.read()
-    at = text.find(wanted)
-    if at < 0:
-        return None
-    fields = text[at : text.find("\n", at)].split()
-    return SocketEnd(int(fields[6]), int(fields[8]), None, "/proc/net/tcp")
+    """The server end of ``conn`` from its line in ``/proc/net/tcp`` (``tcp6``): uid and inode.
+
+    An IPv4 connection to a dual-stack listener (``[::]``) is a line of ``tcp6`` with IPv4-mapped
+    addresses (``::ffff:127.0.0.1``): looked for there when ``tcp`` has none."""
+    (shost, sport), (chost, cport) = conn.server, conn.client
+    tables = [("tcp6", shost, chost)] if _family(shost) == socket.AF_INET6 else [("tcp", shost, chost)]
+    if _family(shost) == socket.AF_INET:
+        tables.append(("tcp6", f"::ffff:{shost}", f"::ffff:{chost}"))
+    for table, server, client in tables:
+        wanted = f"{_hex_address(server, sport)} {_hex_address(client, cport)} "
+        with open(f"{proc}/net/{table}", encoding="ascii", errors="replace") as f:
+            text = f.read()
+        at = text.find(wanted)
+        if at >= 0:
+            fields = text[at : text.find("\n", at)].split()
+            return SocketEnd(int(fields[6]), int(fields[8]), None, "/proc/net/tcp")
+    return None
 
 
 def cgroup2_root(proc: str = procscan.PROC) -> str | None:

@@ -227,3 +227,16 @@ def test_a_listener_made_elsewhere_and_handed_to_the_unit_is_the_unit_s(procs: A
         assert v == Answered(f"127.0.0.1:{port}", "holder"), v
         assert isinstance(PeerFinder().check(conn, OTHER, deadline()), RefusedForeign)
     procs.stop_all()
+
+
+def test_an_ipv4_connection_to_a_dual_stack_listener_is_checked_both_ways(procs: Any) -> None:
+    p, port = listener(procs, "::")  # [::] takes IPv4 too (net.ipv6.bindv6only=0, the default)
+    finder = PeerFinder()
+    with connected("127.0.0.1", port) as conn:
+        assert finder.check(conn, mine(), deadline()).ok
+        finder._diag = False  # its line is in /proc/net/tcp6, with IPv4-mapped addresses
+        end = finder.server_end(conn)
+        assert end is not None and end.source == "/proc/net/tcp"
+        assert finder.check(conn, mine(), deadline()).ok
+        v = finder.check(conn, OTHER, deadline())
+        assert isinstance(v, RefusedForeign) and [x.pid for x in v.peers] == [p.pid]
