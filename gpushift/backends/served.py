@@ -185,4 +185,3 @@ def judge(
     if peers or socket_within is False:
         return RefusedForeign(conn.address, expected, tuple(peers), uid, socket_cgroup)
     return RefusedUnknown(conn.address, why or "no process was found holding the connection")
-

@@ -6,7 +6,8 @@ socket of this machine, and the kernel says two things about it:
 
 1. **Its cgroup.**  The kernel's socket diagnostics (``NETLINK_SOCK_DIAG``, what ``ss`` reads)
    find the one socket of the connection's four-tuple and report, besides its owner's uid and its
-   inode, the cgroup (v2) it belongs to (``INET_DIAG_CGROUP_ID``, Linux 5.9+).  An accepted socket
+   inode, the cgroup (v2) it belongs to (``INET_DIAG_CGROUP_ID``, attribute 21 of the kernel's
+   ``include/uapi/linux/inet_diag.h``; measured here on Linux 6.18).  An accepted socket
    carries the cgroup of the listening socket it came from, which is the cgroup of the process that
    made the listener; it is known as soon as the handshake is done, before the server has even
    called ``accept``.  The id is the inode number of the cgroup's directory in the cgroup2 file
@@ -21,7 +22,8 @@ socket of this machine, and the kernel says two things about it:
    cgroup).  An inode is 0 until the server accepts; this waits for that, briefly.
 
 Without socket diagnostics (a kernel built without them), the connection's line in
-``/proc/net/tcp``/``tcp6`` gives the uid and the inode, and the holder search decides.
+``/proc/net/tcp``/``tcp6`` gives the uid and the inode; there, and where the diagnostics do not
+report the cgroup, the holder search decides.
 """
 
 from __future__ import annotations
