@@ -13,10 +13,13 @@ call, interleaved in rounds:
 * ``psutil.net_connections`` (for comparison, not used): the owner of the connection looked up with
   psutil, which reads every socket table and every process's open files;
 * ``refused (impostor)``: the check of a port held outside the unit, naming its holder (every
-  process's open files searched): what a poll costs while an impostor holds the port.
+  process's open files searched): what a poll costs while an impostor holds the port;
+* ``the check alone`` (and ``, /proc/net/tcp``): the peer check by itself on one open connection,
+  what a checked request adds to an unchecked one.
 
 Reported: the median per call over ``--runs`` rounds of ``--calls`` calls each (a round's figure is
-its median), and its ratio to ``unchecked`` in the same invocation.  ``--busy N`` first opens N idle
+its median; the ways take turns call by call, in a random order), and its ratio to ``unchecked`` in the same
+invocation.  ``--busy N`` first opens N idle
 connections to the backend (the socket table and the backend's open files grow, as on a loaded
 inference server).  Needs root (it makes a cgroup).
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -105,7 +109,9 @@ def psutil_owner(url_port: int) -> Callable[[], object]:
     return call
 
 
-def ways(port: int, cgroup: str) -> dict[str, Callable[[], object]]:
+def ways(port: int, cgroup: str) -> tuple[dict[str, Callable[[], object]], dict[str, Callable[[], object]]]:
+    """The two series: gpushift's way against the baseline, then the other ways (each series timed
+    on its own: the slow ways fill the socket table and the CPU caches for whatever follows them)."""
     url = f"http://127.0.0.1:{port}/health"
     plain, finder, slow = HttpBackendProbe(), PeerFinder(), PeerFinder()
     slow._diag = False  # as on a kernel without NETLINK_SOCK_DIAG
@@ -117,27 +123,65 @@ def ways(port: int, cgroup: str) -> dict[str, Callable[[], object]]:
             raise SystemExit(f"peer_check: unexpected answer {h!r}")
         return h
 
-    return {
-        "unchecked": lambda: must(plain.health(url, 2.0).ok, None),
+    def unchecked() -> object:
+        return must(plain.health(url, 2.0).ok, None)
+
+    main = {
+        "unchecked": unchecked,
         "checked": lambda: must(checked.health(url, 2.0, cgroup).ok, None),
+        "the check alone": check_alone(port, cgroup, True),
+    }
+    others = {
+        "unchecked": unchecked,
         "checked, /proc/net/tcp": lambda: must(checked_slow.health(url, 2.0, cgroup).ok, None),
+        "the check alone, /proc/net/tcp": check_alone(port, cgroup, False),
         "psutil.net_connections": psutil_owner(port),
         "refused (impostor)": lambda: must(checked.health(url, 2.0, other).foreign is not None, None),
     }
+    return main, others
 
 
 def rounds(fns: dict[str, Callable[[], object]], runs: int, calls: int) -> dict[str, list[float]]:
+    """Per way, the median call of each round; the ways take turns call by call, in a new random
+    order each time (a busy moment of the machine, or what the way before left behind, falls on
+    all of them alike)."""
     out: dict[str, list[float]] = {name: [] for name in fns}
+    rng = random.Random(20)
+    for fn in fns.values():
+        fn()  # warm
     for _ in range(runs):
-        for name, fn in fns.items():
-            fn()  # warm
-            times = []
-            for _ in range(calls):
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(calls):
+            order = list(fns.items())
+            rng.shuffle(order)
+            for name, fn in order:
                 t = time.perf_counter()
                 fn()
-                times.append(time.perf_counter() - t)
-            out[name].append(benchdoc.median(times))
+                times[name].append(time.perf_counter() - t)
+        for name, xs in times.items():
+            out[name].append(benchdoc.median(xs))
     return out
+
+
+def check_alone(port: int, cgroup: str, diag: bool) -> Callable[[], object]:
+    """The peer check by itself on one open connection (what a checked request adds to an unchecked)."""
+    finder = PeerFinder()
+    finder._diag = diag
+    c = socket.create_connection(("127.0.0.1", port), timeout=5)
+    conn = Connection(c.getsockname()[:2], c.getpeername()[:2])
+    keep.append(c)
+
+    def call() -> object:
+        v = finder.check(conn, cgroup, time.monotonic() + 2)
+        if not v.ok:
+            raise SystemExit(f"peer_check: the backend's own connection was refused: {v!r}")
+        return v
+
+    return call
+
+
+#: Connections the check-alone ways keep open while they are timed.
+keep: list[socket.socket] = []
 
 
 def busy_connections(port: int, n: int) -> list[socket.socket]:
@@ -171,15 +215,23 @@ def main() -> None:
         held = busy_connections(port, args.busy)
         try:
             _check_connection_owner(port, cgroup)
-            result = rounds(ways(port, cgroup), args.runs, args.calls)
+            main, others = ways(port, cgroup)
+            first = rounds(main, args.runs, args.calls)
+            second = rounds(others, args.runs, args.calls)
         finally:
-            for s in held:
+            for s in held + keep:
                 s.close()
+    title = "## The peer check: a checked health request against an unchecked one" + (
+        f", with {args.busy:,} idle connections open to the backend" if args.busy else ""
+    )
     head = (
-        f"`bench/peer_check.py --runs {args.runs} --calls {args.calls} --busy {args.busy}` "
+        f"{title}\n\n`bench/peer_check.py --runs {args.runs} --calls {args.calls} --busy {args.busy}` "
         f"({benchdoc.stamp()}; {benchdoc.machine(f'load {benchdoc.load_average()}')})."
     )
-    text = head + "\n\n" + table(result)
+    text = (
+        f"{head}\n\ngpushift's check against the baseline:\n\n{table(first)}\n\n"
+        f"The other ways, timed apart (a series of their own, its own baseline):\n\n{table(second)}"
+    )
     print(text)
     if not args.no_write:
         benchdoc.write_section(args.section, text)
