@@ -12,7 +12,7 @@ from typing import Any
 
 from gpushift.config.schema import parse
 from gpushift.switch import records
-from gpushift.values import Outcome, Phase, VersionInfo
+from gpushift.values import Caller, Outcome, Phase, Trigger, VersionInfo
 
 DAY_PORT, NIGHT_PORT = 18000, 18080
 WARMUP = 'warmup = { path = "/v1/completions", body = { prompt = "hi" } }\n'  # [backends.night] is last
@@ -98,3 +98,16 @@ def test_without_an_impostor_every_check_passes_and_the_switch_is_ok(world: Any)
     res = world.switch("night")
     assert res.ok and world.running() == ["night"]
     assert all(cg == "/system.slice/gpushift-night.service" for _url, cg in world.probe.checked)
+
+
+def test_a_relaunch_whose_port_an_impostor_took_is_a_failed_start_not_an_ok_one(world: Any) -> None:
+    # day crashed; another user's process took its port before the keeper relaunches it.
+    world.units.set_stopped(world.unit("day"))  # its memory goes with it
+    world.units.set_failed(world.unit("day"), "exit-code")
+    world.probe.set_impostor(DAY_PORT, pid=4444)
+    ticket = world.switcher.request("day", "relaunch after a crash", Caller.daemon(), Trigger.WATCH)
+    res = world.wait(ticket)
+    rec = world.record(res)
+    assert not res.ok and res.failed_phase == Phase.READY.value and rec.outcome == Outcome.FAILED.value
+    assert "PID 4444" in rec.message and not world.running()  # stopped again, not left half-started
+    assert not [r for r in world.ledger.rows.values() if r.outcome == Outcome.OK.value]
