@@ -75,27 +75,37 @@ class GpuProbe(Protocol):
 
 
 class BackendProbe(Protocol):
-    """The backends' HTTP endpoints (and version commands)."""
+    """The backends' HTTP endpoints (and version commands).
 
-    def health(self, url: str, timeout_s: float = 2.0) -> Health: ...
+    ``expect_cgroup`` (the backend unit's ``ControlGroup``; ``""`` while it has none): the answer
+    counts only when the server end of its connection belongs to that unit; one from any other
+    process comes back not OK with ``foreign`` saying who answered (``gpushift/backends/served.py``).
+    None: unchecked (whoever holds the port)."""
+
+    def health(self, url: str, timeout_s: float = 2.0, expect_cgroup: str | None = None) -> Health: ...
 
     def version(
-        self, version_url: str | None, version_command: Sequence[str] | None, timeout_s: float = 5.0
+        self,
+        version_url: str | None,
+        version_command: Sequence[str] | None,
+        timeout_s: float = 5.0,
+        expect_cgroup: str | None = None,
     ) -> VersionInfo: ...
 
-    def in_flight(self, backend: Any) -> int | None:
-        """Requests running or waiting on the backend; None when it cannot be told."""
+    def in_flight(self, backend: Any, expect_cgroup: str | None = None) -> int | None:
+        """Requests running or waiting on the backend; None when it cannot be told (or another
+        process than the unit's answered)."""
         ...
 
-    def warmup(self, request: WarmupRequest) -> WarmupResult:
+    def warmup(self, request: WarmupRequest, expect_cgroup: str | None = None) -> WarmupResult:
         """Send a warm-up request (a first completion) and time it; never raises."""
         ...
 
     def models(
-        self, url: str, headers: Mapping[str, str], timeout_s: float = 5.0
+        self, url: str, headers: Mapping[str, str], timeout_s: float = 5.0, expect_cgroup: str | None = None
     ) -> tuple[list[str] | None, str | None]:
         """The model names a backend's ``/v1/models`` lists (``data[].id``), or (None, why not);
-        never raises."""
+        never raises.  ``expect_cgroup``: asked only of the unit's own process (it carries the key)."""
         ...
 
 

@@ -270,6 +270,7 @@ class UnitState:
     exec_main_code: int = 0  # how the last main process ended: 1 exited, 2 killed, 3 dumped core (CLD_*)
     exec_main_status: int = 0  # its exit status, or the signal number when killed
     n_restarts: int = 0  # NRestarts: restarts systemd made by itself (Restart=)
+    control_group: str = ""  # ControlGroup ("" without a process): who may answer as it (backends/served.py)
 
     @property
     def running(self) -> bool:
@@ -313,6 +314,7 @@ class Health:
     ok: bool
     status: int | None  # HTTP status; None when the connection failed
     detail: str = ""
+    foreign: Mapping[str, Any] | None = None  # not the unit's process answered (backends/served.py)
 
 
 @dataclass(frozen=True)
@@ -342,16 +344,12 @@ class WarmupResult:
     ttft_s: float | None = None  # first chunk (or the whole answer, not streamed)
     total_s: float | None = None
     chunks: int = 0
+    foreign: Mapping[str, Any] | None = None  # as Health.foreign: not the backend's process
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "status": self.status,
-            "detail": self.detail,
-            "ttft_s": self.ttft_s,
-            "total_s": self.total_s,
-            "chunks": self.chunks,
-        }
+        out: dict[str, Any] = {"ok": self.ok, "status": self.status, "detail": self.detail}
+        out.update(ttft_s=self.ttft_s, total_s=self.total_s, chunks=self.chunks)
+        return out if self.foreign is None else {**out, "foreign": dict(self.foreign)}
 
 
 @dataclass(frozen=True)
@@ -418,6 +416,7 @@ class VersionInfo:
     version: str | None
     source: str
     raw: str = ""
+    foreign: Mapping[str, Any] | None = None  # as Health.foreign: the version is then None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,11 @@ an address or ``localhost``, which resolve locally.
 HTTP/1.1 with ``Connection: close``: the body ends at ``Content-Length``, at the last chunk of a
 chunked answer, or when the server closes.  User information in the URL
 (``http://user:pass@host/``) is sent as Basic authentication, never as part of the request line.
+
+A checked request (``expect_cgroup``, with a :class:`~gpushift.backends.served.PeerCheck`) asks,
+once connected and before anything is sent, who holds the server end of this very connection:
+unless it is the backend unit's own process, the request is not sent and
+:class:`~gpushift.backends.served.RefusedAnswer` says who answered instead.
 """
 
 from __future__ import annotations
@@ -26,6 +31,16 @@ import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from gpushift.backends.served import (
+    Answered,
+    Connection,
+    PeerCheck,
+    RefusedAnswer,
+    RefusedUnknown,
+    Served,
+)
 
 #: Most bytes of status line and headers accepted.
 HEADER_LIMIT_BYTES = 64 * 1024
@@ -39,6 +54,7 @@ class Response:
     status: int
     body: bytes
     truncated: bool = False
+    served: Served | None = None  # the peer check's verdict (a checked request only)
 
 
 class DeadlineExceeded(TimeoutError):
@@ -46,15 +62,24 @@ class DeadlineExceeded(TimeoutError):
 
 
 def get(
-    url: str, timeout_s: float, limit_bytes: int = 1 << 20, headers: Mapping[str, str] | None = None
+    url: str,
+    timeout_s: float,
+    limit_bytes: int = 1 << 20,
+    headers: Mapping[str, str] | None = None,
+    expect_cgroup: str | None = None,
+    peers: PeerCheck | None = None,
 ) -> Response:
     """GET ``url``; the whole exchange ends within ``timeout_s`` seconds.  ``headers``: more
     request headers (a backend's ``Authorization``); a name or value with a line break is refused.
+
+    ``expect_cgroup`` (the backend unit's ``ControlGroup``; ``""``: it has none): only a server end
+    held within that cgroup is asked (``peers`` tells who holds it).
 
     Raises:
         DeadlineExceeded: no complete answer (status, headers and body up to the limit) in time.
         OSError: no connection (refused, unreachable, name not known), or it broke.
         ValueError: not an http(s) URL, or what came back is not HTTP.
+        RefusedAnswer: a checked request whose connection is not the backend's (nothing was sent).
     """
     deadline = time.monotonic() + timeout_s
     parts = urllib.parse.urlsplit(url)
@@ -63,17 +88,38 @@ def get(
     port = parts.port or (443 if parts.scheme == "https" else 80)  # ValueError for a bad port
     sock = _connect(parts.hostname, port, deadline, timeout_s)
     try:
+        served = None if expect_cgroup is None else check_peer(sock, expect_cgroup, peers, deadline)
         if parts.scheme == "https":
             ctx = ssl.create_default_context()
             _left(sock, deadline, timeout_s)
             sock = ctx.wrap_socket(sock, server_hostname=parts.hostname)
         _left(sock, deadline, timeout_s)
         sock.sendall(_request(parts, port, headers or {}))
-        return _read(sock, deadline, timeout_s, limit_bytes)
+        r = _read(sock, deadline, timeout_s, limit_bytes)
+        return r if served is None else Response(r.status, r.body, r.truncated, served)
     except TimeoutError:
         raise DeadlineExceeded(f"no complete answer within {timeout_s:g} s") from None
     finally:
         sock.close()
+
+
+def check_peer(sock: socket.socket, expect_cgroup: str, peers: PeerCheck | None, deadline: float) -> Served:
+    """Who holds the server end of ``sock`` (connected); raises RefusedAnswer unless the backend.
+
+    The check runs before a byte is sent: the server cannot have closed its end yet, and a
+    process that is not the backend never sees the request (nor an API key in its headers)."""
+    conn = Connection(_host_port(sock.getsockname()), _host_port(sock.getpeername()))
+    if peers is None:
+        raise RefusedAnswer(RefusedUnknown(conn.address, "no peer check is configured"))
+    served = peers.check(conn, expect_cgroup, deadline)
+    if not isinstance(served, Answered):
+        raise RefusedAnswer(served)
+    return served
+
+
+def _host_port(addr: Any) -> tuple[str, int]:
+    """(host, port) of a socket address (an IPv6 one has flow info and scope id after them)."""
+    return str(addr[0]), int(addr[1])
 
 
 def _left(sock: socket.socket, deadline: float, timeout_s: float) -> None:

@@ -5,6 +5,9 @@ that trickles bytes cannot hold the switch longer than the request's ``timeout_s
 answer is read as server-sent events (``data: ...`` lines): the time to the first chunk that is
 not empty is the time to the first token, and the exchange ends at vLLM's ``data: [DONE]``,
 llama-server's chunk with ``"stop": true``, or the end of the body.
+
+Checked (``expect_cgroup``): each connection is checked once open and before the request (and its
+headers, which may carry the backend's API key) is sent, as :mod:`gpushift.backends.httpget` does.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpushift.backends.httpget import check_peer
+from gpushift.backends.served import PeerCheck, RefusedAnswer, RefusedForeign
 from gpushift.values import WarmupRequest, WarmupResult
 
 #: The most of an answer that is read (a few tokens are a few hundred bytes).
@@ -23,9 +28,13 @@ MAX_BODY = 1 << 20
 
 
 class _Deadline:
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(
+        self, timeout_s: float, expect_cgroup: str | None = None, peers: PeerCheck | None = None
+    ) -> None:
         self.t0 = time.monotonic()
         self.end = self.t0 + timeout_s
+        self.expect_cgroup = expect_cgroup  # the exchange's peer check travels with its deadline
+        self.peers = peers
 
     def left(self) -> float:
         left = self.end - time.monotonic()
@@ -50,6 +59,14 @@ def _exchange(
     method: str, url: str, body: bytes | None, headers: dict[str, str], deadline: _Deadline
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     conn, path = _connection(url, deadline.left())
+    if deadline.expect_cgroup is not None:
+        try:
+            conn.connect()
+            assert conn.sock is not None
+            check_peer(conn.sock, deadline.expect_cgroup, deadline.peers, deadline.end)
+        except BaseException:
+            conn.close()
+            raise
     conn.request(method, path, body=body, headers=headers)
     if conn.sock is not None:
         conn.sock.settimeout(deadline.left())
@@ -78,9 +95,12 @@ def _last_chunk(line: bytes) -> bool:
     return isinstance(chunk, dict) and chunk.get("stop") is True
 
 
-def run(req: WarmupRequest) -> WarmupResult:
-    """Send ``req`` and time it; every failure is a result with ``ok`` False and a reason."""
-    deadline = _Deadline(req.timeout_s)
+def run(req: WarmupRequest, expect_cgroup: str | None = None, peers: PeerCheck | None = None) -> WarmupResult:
+    """Send ``req`` and time it; every failure is a result with ``ok`` False and a reason.
+
+    ``expect_cgroup``/``peers``: only to the backend unit's own process (a refused connection is a
+    failed warm-up whose ``foreign`` names what answered)."""
+    deadline = _Deadline(req.timeout_s, expect_cgroup, peers)
     body: dict[str, Any] = dict(req.body)
     status: int | None = None
     try:
@@ -101,6 +121,9 @@ def run(req: WarmupRequest) -> WarmupResult:
             return _read_stream(resp, conn, deadline, status)
         finally:
             conn.close()
+    except RefusedAnswer as e:
+        foreign = e.verdict.to_dict() if isinstance(e.verdict, RefusedForeign) else None
+        return WarmupResult(False, None, str(e)[:300], total_s=deadline.since(), foreign=foreign)
     except (OSError, TimeoutError, ValueError, http.client.HTTPException) as e:
         return WarmupResult(False, status, f"{type(e).__name__}: {e}"[:300], total_s=deadline.since())
 

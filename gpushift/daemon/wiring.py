@@ -91,6 +91,7 @@ def build(
     from gpushift.backends.probe import HttpBackendProbe
     from gpushift.host import systemd
     from gpushift.host.dbus import connect
+    from gpushift.host.peer import PeerFinder
     from gpushift.host.proc import ProcHost, SystemClock
 
     units: UnitControl
@@ -109,7 +110,8 @@ def build(
         runs=JsonRunStore(config.daemon.state_dir, config.daemon.runtime_dir, log=log),
         units=units,
         gpu=make_gpu(config),
-        probe=HttpBackendProbe(),
+        # Who holds the server end of each checked request: only the unit's own process counts.
+        probe=HttpBackendProbe(peers=PeerFinder()),
         # The writer keeps its newest rows in memory: the daemon's status does no I/O.
         ledger=ledger if readonly_ledger else RememberingLedger(ledger),
         host=ProcHost(),

@@ -48,6 +48,7 @@ _UNIT_KEYS = frozenset({"LoadState", "ActiveState", "SubState", "FragmentPath", 
 _SERVICE_KEYS = frozenset({
     "ExecStart", "Result", "MainPID", "Environment", "WorkingDirectory", "User", "KillMode", "SendSIGKILL",
     "TimeoutStopUSec", "ExecMainStartTimestamp", "ExecMainCode", "ExecMainStatus", "NRestarts",
+    "ControlGroup",
 })  # fmt: skip
 _EXIT_KEYS = frozenset({"InactiveExitTimestampMonotonic"})
 
@@ -239,6 +240,7 @@ class SystemdUnits:
             exec_main_code=int(s.get("ExecMainCode", 0)),
             exec_main_status=int(s.get("ExecMainStatus", 0)),
             n_restarts=int(s.get("NRestarts", 0)),
+            control_group=str(s.get("ControlGroup", "")),
         )
 
     def states(self, units: Sequence[str]) -> dict[str, UnitState | GpushiftError]:

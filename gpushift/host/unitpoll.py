@@ -13,7 +13,7 @@ asks:
    ``Properties.Get``: a relaunch (``systemctl restart`` between two samples) changes it while the
    states read the same;
 3. the rest of what a unit's state holds — ``Result``, ``ExecMainStartTimestamp``,
-   ``ExecMainCode``/``ExecMainStatus``, ``NRestarts`` — with a ``GetAll`` of the Service interface
+   ``ExecMainCode``/``ExecMainStatus``, ``NRestarts``, ``ControlGroup`` — with a ``GetAll`` of the Service interface
    only when one of the above changed since the previous call, or a job is queued on the unit.
    These do not change without one of them changing (a process that starts, ends or is replaced
    moves the states or the main PID), so the previous answer is carried over otherwise.
@@ -44,9 +44,9 @@ from gpushift.values import UnitState
 _NO_PROCESS = ("inactive", "failed")
 
 #: The Service properties read when something moved (the configuration is not read here).
-_DETAIL_KEYS = frozenset(
-    {"Result", "MainPID", "ExecMainStartTimestamp", "ExecMainCode", "ExecMainStatus", "NRestarts"}
-)
+_DETAIL_KEYS = frozenset({
+    "Result", "MainPID", "ExecMainStartTimestamp", "ExecMainCode", "ExecMainStatus", "NRestarts", "ControlGroup",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,7 @@ class UnitPoll:
             exec_main_code=int(props.get("ExecMainCode", 0)),
             exec_main_status=int(props.get("ExecMainStatus", 0)),
             n_restarts=int(props.get("NRestarts", 0)),
+            control_group=str(props.get("ControlGroup", "")),
         )
         with self._lock:
             # Remember the main PID the details go with: a change after this call reads them again.

@@ -242,6 +242,8 @@ def _health_entry(b: BackendSample, now: float, period_s: float) -> dict[str, An
     else:
         v = h.value
         out = {"ok": v.ok, "status": v.status, "state": "ok" if v.ok else "failing", "detail": v.detail[:120]}
+        if v.foreign is not None:
+            out["foreign"] = dict(v.foreign)  # who answered on the port instead of the backend
     out["age_s"] = _age(h, now)
     out["failing_for_s"] = round(now - b.unhealthy_since, 1) if b.unhealthy_since is not None else None
     return out

@@ -182,8 +182,11 @@ class Sampler:
         for name, b in cfg.backends.items():
             st = figures.get(f"unit:{name}")
             if st is not None and st.value is not None and st.value.running:
-                jobs[f"health:{name}"] = _bind(self._probe.health, b.health_url, timeout)
-                jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, b)
+                # Checked against the unit's cgroup: another process on its port is not its health.
+                jobs[f"health:{name}"] = _bind(
+                    self._probe.health, b.health_url, timeout, st.value.control_group
+                )
+                jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, b, st.value.control_group)
         if self._frontdoor is not None:
             jobs[FRONTDOOR] = self._frontdoor_status
         second = self._launch(jobs)

@@ -68,6 +68,8 @@ class FailurePolicy:
         rec.failed_phase = f.phase.value
         rec.message = f.message
         rec.systemd_result = f.systemd_result
+        if f.foreign is not None:
+            rec.extra["foreign_answer"] = dict(f.foreign)  # who answered on the target's port
         if run.cancelled_by is not None:
             rec.extra["cancelled_by"] = run.cancelled_by
         self.log.warning("switch_failed", ticket=run.ticket, phase=f.phase.value, message=f.message)

@@ -59,13 +59,15 @@ class DrainCount:
     or an InFlight since) is not asked again during this drain: each call could cost its
     ``bus_timeout_s``, and the backend's own count still stands."""
 
-    def __init__(self, ports: Ports, b: BackendConfig, at_close: int | None) -> None:
-        self.ports, self.b = ports, b
+    def __init__(
+        self, ports: Ports, b: BackendConfig, at_close: int | None, cgroup: str | None = None
+    ) -> None:
+        self.ports, self.b, self.cgroup = ports, b, cgroup  # cgroup: only the unit's own answers count
         self.asking = ports.frontdoor is not None and at_close is not None
-        self.first = larger(ports.probe.in_flight(b), at_close)
+        self.first = larger(ports.probe.in_flight(b, cgroup), at_close)
 
     def now(self) -> int | None:
-        own = self.ports.probe.in_flight(self.b)
+        own = self.ports.probe.in_flight(self.b, self.cgroup)
         fd = self.ports.frontdoor
         theirs = fd.in_flight(self.b.name) if self.asking and fd is not None else None
         if theirs is None:

@@ -53,8 +53,12 @@ def _describe_launch(ports: Ports, config: Config, rec: SwitchRecord, backend: s
     rec.argv_running = ports.host.cmdline(st.main_pid) if st.main_pid else []
     rec.systemd_result = st.result
     if version and st.main_pid:
-        v = ports.probe.version(b.version_url, b.version_command)
-        rec.backend_version, rec.version_source = v.version, v.source
+        v = ports.probe.version(b.version_url, b.version_command, expect_cgroup=st.control_group)
+        if v.foreign is not None:  # another process answered: its version is not the backend's
+            rec.extra["foreign_answer"] = dict(v.foreign)
+            rec.message = f"{backend}: version not recorded: {v.foreign.get('message', 'not the backend')}"
+        else:
+            rec.backend_version, rec.version_source = v.version, v.source
 
 
 def evidence(ports: Ports, unit: str, lines: int) -> dict[str, Any]:

@@ -19,6 +19,7 @@ signal carries its :meth:`SwitchResult.to_dict`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,6 +34,8 @@ class StepFailed(Exception):
     """A step of a switch did not work out: the phase, the message and what systemd said.
 
     ``cancelled`` marks a person's ``gpushift cancel`` (never recognised by its message).
+    ``foreign``: a process outside the backend's unit answered on its port (who it was; the row
+    keeps it as ``extra["foreign_answer"]``).
     """
 
     def __init__(
@@ -42,6 +45,7 @@ class StepFailed(Exception):
         systemd_result: str | None = None,
         vram: bool = False,
         cancelled: bool = False,
+        foreign: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.phase = phase
@@ -49,6 +53,7 @@ class StepFailed(Exception):
         self.systemd_result = systemd_result
         self.vram = vram
         self.cancelled = cancelled
+        self.foreign = foreign
 
 
 @dataclass

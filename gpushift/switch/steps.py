@@ -9,7 +9,7 @@ fails, belong to :mod:`gpushift.switch.machine` and :mod:`gpushift.switch.failur
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpushift.backends import cmdline, models, warmup
@@ -53,6 +53,18 @@ Report = Callable[[SwitchRun, Phase, str], None]
 
 #: The ``on_failure`` hook of a row that ends badly (``switch/hooks.py``), run as the row closes.
 OnFailure = Callable[[SwitchRun, Config, SwitchRecord], None]
+
+
+def foreign_failure(phase: Phase, b: BackendConfig, foreign: Mapping[str, Any], st: UnitState) -> StepFailed:
+    """The start fails: a process outside ``b``'s unit answered on its port (the message names it;
+    the unit's own server cannot bind that port, so it will not serve either)."""
+    what = str(foreign.get("message") or "not the backend")
+    return StepFailed(
+        phase,
+        f"{b.name}: {b.unit} did not answer: {what}",
+        systemd_result=st.result,
+        foreign=foreign,
+    )
 
 
 class RunGuard:
@@ -152,7 +164,8 @@ class Steps:
         if run.skip_drain:
             self.report(run, Phase.DRAIN, f"{b.name}: drain skipped (--now)")
             return {"backend": b.name, "skipped": True}
-        count = frontdoor.DrainCount(self.ports, b, at_close)
+        cgroup = self.ports.units.state(b.unit).control_group  # only its own answers count
+        count = frontdoor.DrainCount(self.ports, b, at_close, cgroup)
         first = n = count.first
         self.report(run, Phase.DRAIN, f"{b.name}: {'unknown' if n is None else n} request(s) in flight")
         while n is not None and n > 0 and clock.monotonic() - t0 < b.drain_timeout_s:
@@ -262,27 +275,31 @@ class Steps:
         ``UNIT_CHECK_INTERVAL_S`` (the unit is read that often, and once more when health answers 200,
         so a 200 from anything but a running unit is never taken; systemd's answer costs several
         times a health request, which is polled every ``fast_poll_interval_s``).  Returns the unit
-        as read with that 200 (the launch record describes it without asking again)."""
+        as read with that 200 (the launch record describes it without asking again).
+
+        Every poll is checked against the unit's ``ControlGroup``: an answer from a process outside
+        the unit (another user's server on the backend's port) fails the start at once, naming it
+        (:func:`foreign_failure`)."""
         clock = self.ports.clock
         self.report(run, Phase.READY, f"waiting for {b.health_url}")
         t0 = clock.monotonic()
         last = ""
-        checked = float("-inf")
+        st = self.ports.units.state(b.unit)  # its cgroup: whose answers count
+        checked = clock.monotonic()
         while True:
-            h = self.ports.probe.health(b.health_url, HEALTH_TIMEOUT_S)
+            h = self.ports.probe.health(b.health_url, HEALTH_TIMEOUT_S, expect_cgroup=st.control_group)
+            if h.foreign is not None:
+                raise foreign_failure(Phase.READY, b, h.foreign, st)
             if h.ok or clock.monotonic() - checked >= UNIT_CHECK_INTERVAL_S:
                 checked = clock.monotonic()
                 st = self.ports.units.state(b.unit)
-                # A unit with Restart= that crashed sits in activating/auto-restart: an exit too.
-                if (
-                    st.active_state in ("failed", "inactive", "deactivating")
-                    or st.sub_state == "auto-restart"
-                ):
-                    raise StepFailed(
-                        Phase.READY,
-                        f"{b.unit} exited while starting: {st.active_state}/{st.sub_state}, Result={st.result}",
-                        systemd_result=st.result,
-                    )
+            # A unit with Restart= that crashed sits in activating/auto-restart: an exit too.
+            if st.active_state in ("failed", "inactive", "deactivating") or st.sub_state == "auto-restart":
+                raise StepFailed(
+                    Phase.READY,
+                    f"{b.unit} exited while starting: {st.active_state}/{st.sub_state}, Result={st.result}",
+                    systemd_result=st.result,
+                )
             if h.ok:
                 durations["ready"] = round(clock.monotonic() - t0, 3)
                 self.report(run, Phase.READY, f"{b.name} is ready ({clock.monotonic() - t0:.1f}s)")
@@ -317,9 +334,11 @@ class Steps:
         path = req.url.split("/", 3)[-1]
         self.report(run, Phase.WARMUP, f"{b.name}: a first request (/{path})")
         t0 = self.ports.clock.monotonic()
-        res = self.ports.probe.warmup(req)
+        res = self.ports.probe.warmup(req, expect_cgroup=st.control_group)
         rec.durations_s["warmup"] = round(self.ports.clock.monotonic() - t0, 3)
         rec.extra["warmup"] = {"path": "/" + path, **res.to_dict()}  # never the request's headers (a key)
+        if res.foreign is not None:
+            raise foreign_failure(Phase.WARMUP, b, res.foreign, st)
         if not res.ok:
             raise StepFailed(
                 Phase.WARMUP, f"{b.name} answers its health URL but not a request on /{path}: {res.detail}"
@@ -340,7 +359,7 @@ class Steps:
         env = cmdline.environment(st.environment)
         argv = self.ports.host.cmdline(st.main_pid) if st.main_pid else []
         url, headers = warmup.models_query(b, argv or cmdline.expand(st.exec_start, env), env)
-        listed, error = self.ports.probe.models(url, headers, MODELS_TIMEOUT_S)
+        listed, error = self.ports.probe.models(url, headers, MODELS_TIMEOUT_S, st.control_group)
         entry: dict[str, Any] = {"expected": list(names)}
         if listed is None:
             entry["error"] = error
@@ -360,7 +379,9 @@ class Steps:
         host = self.ports.host
         argv: list[str] = host.cmdline(st.main_pid) if st.main_pid else []
         rec.argv_running = argv
-        v = self.ports.probe.version(b.version_url, b.version_command)
+        v = self.ports.probe.version(b.version_url, b.version_command, expect_cgroup=st.control_group)
+        if v.foreign is not None:  # never an ``ok`` row with a version another process chose
+            raise foreign_failure(Phase.VERSION, b, v.foreign, st)
         rec.backend_version = v.version
         rec.version_source = v.source
         try:

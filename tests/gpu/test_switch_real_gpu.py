@@ -103,16 +103,20 @@ class RunningIsHealthy:
     def __init__(self, units: ProcessUnits, urls: dict[str, str]) -> None:
         self.units, self.urls = units, urls
 
-    def health(self, url: str, timeout_s: float = 2.0) -> Health:
+    def health(self, url: str, timeout_s: float = 2.0, expect_cgroup: str | None = None) -> Health:
         up = self.units.state(self.urls[url]).running
         return Health(up, 200 if up else None, "")
 
     def version(
-        self, version_url: str | None, version_command: Sequence[str] | None, timeout_s: float = 5.0
+        self,
+        version_url: str | None,
+        version_command: Sequence[str] | None,
+        timeout_s: float = 5.0,
+        expect_cgroup: str | None = None,
     ) -> VersionInfo:
         return VersionInfo("torch-holder", "none")
 
-    def in_flight(self, backend: Any) -> int | None:
+    def in_flight(self, backend: Any, expect_cgroup: str | None = None) -> int | None:
         return 0
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpushift.errors import SystemdError
+from gpushift.host.peer import cgroup_of
 from gpushift.host.systemd import SystemdUnits
 from gpushift.values import UnitState
 
@@ -26,6 +27,7 @@ FIELDS = (
     "exec_main_code",
     "exec_main_status",
     "n_restarts",
+    "control_group",
 )
 
 
@@ -62,6 +64,10 @@ def test_unit_states_tell_what_state_tells_for_active_inactive_failed_and_missin
             assert brief(got[name]) == brief(units.state(name)), name
     assert got[a.name].active_state == "active" and got[a.name].main_pid > 0
     assert got[a.name].main_start_us > 0
+    # Its cgroup, as its process's own /proc/PID/cgroup says (the peer check compares against it).
+    assert got[a.name].control_group == cgroup_of(got[a.name].main_pid)
+    assert got[a.name].control_group.endswith("/" + a.name)
+    assert got["sleeper.service"].control_group == "" and got[b.name].control_group == ""
     assert (got[b.name].active_state, got[b.name].result) == ("failed", "exit-code")
     assert got[b.name].exec_main_code == 1 and got[b.name].exec_main_status != 0
     assert got["sleeper.service"].active_state == "inactive" and got["sleeper.service"].main_pid == 0

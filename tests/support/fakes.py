@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpushift.config.schema import Config, parse
 from gpushift.errors import GpushiftError
@@ -281,6 +282,7 @@ class FakeUnits:
                 exec_start=u.exec_start,
                 fragment_path=u.fragment_path,
                 main_start_us=u.main_start_us,
+                control_group=f"/system.slice/{u.name}" if u.pids else "",
             )
 
     def start(self, unit: str, timeout_s: float) -> JobResult:
@@ -535,6 +537,74 @@ class _HealthScript:
     pid: int = 0
 
 
+@dataclass
+class Impostor:
+    """A process of another user, outside every unit, that holds a backend's port and answers 200."""
+
+    port: int
+    version: str
+    pid: int
+    cgroup: str = "/user.slice/user-65534.slice/session-9.scope"
+
+    def foreign(self, expected: str) -> dict[str, Any]:
+        """What the real probe's verdict (served.RefusedForeign.to_dict) says about it."""
+        return {
+            "address": f"127.0.0.1:{self.port}",
+            "expected_cgroup": expected,
+            "peers": [
+                {"pid": self.pid, "user": "nobody", "command": "python3 fake.py", "cgroup": self.cgroup}
+            ],
+            "uid": 65534,
+            "socket_cgroup": "",
+            "message": self.message(expected),
+        }
+
+    def message(self, expected: str) -> str:
+        return (
+            f"not the backend: 127.0.0.1:{self.port} is answered by PID {self.pid} (user nobody, "
+            f"command 'python3 fake.py', cgroup {self.cgroup}), outside the backend's unit ({expected})"
+        )
+
+    def health(self, expected: str | None) -> Health:
+        if expected is None:  # unchecked: its 200 looks like the backend's
+            return Health(ok=True, status=200, detail="ok")
+        return Health(False, None, self.message(expected), foreign=self.foreign(expected))
+
+    def version_info(self, expected: str | None) -> VersionInfo:
+        if expected is None:
+            return VersionInfo(self.version, "url", f'{{"version": "{self.version}"}}')
+        return VersionInfo(None, "url", self.message(expected), foreign=self.foreign(expected))
+
+
+class FakePeers:
+    """A :class:`gpushift.backends.served.PeerCheck` with scripted verdicts by server port: every
+    port is the backend's own (Answered) unless :meth:`foreign` or :meth:`unknown` said otherwise."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[str, int], tuple[str, int], str]] = []  # (client, server, cgroup)
+        self._foreign: dict[int, Any] = {}
+        self._unknown: dict[int, str] = {}
+
+    def foreign(self, port: int, pid: int = 31337, user: str = "nobody", cgroup: str = "/elsewhere") -> None:
+        from gpushift.backends.served import Peer
+
+        self._foreign[port] = Peer(pid, user, "python3 fake.py", cgroup)
+
+    def unknown(self, port: int, why: str = "the kernel lists no socket for this connection") -> None:
+        self._unknown[port] = why
+
+    def check(self, conn: Any, expect_cgroup: str, deadline: float) -> Any:
+        from gpushift.backends.served import Answered, RefusedForeign, RefusedUnknown
+
+        self.calls.append((conn.client, conn.server, expect_cgroup))
+        port = conn.server[1]
+        if port in self._foreign:
+            return RefusedForeign(conn.address, expect_cgroup, (self._foreign[port],), 65534)
+        if port in self._unknown:
+            return RefusedUnknown(conn.address, self._unknown[port])
+        return Answered(conn.address)
+
+
 class FakeProbe:
     """Health, version and in-flight answers per backend.
 
@@ -557,6 +627,10 @@ class FakeProbe:
         self.warmup_results: dict[str, WarmupResult] = {}  # by URL; absent: answered at once
         self.model_lists: dict[str, list[str]] = {}  # /v1/models by URL; absent: HTTP 404
         self.models_calls: list[tuple[str, dict[str, str]]] = []
+        # A process outside every unit answering on a port (set_impostor), and the cgroup every
+        # checked call was asked with (None: unchecked), in order.
+        self.impostors: dict[int, Impostor] = {}
+        self.checked: list[tuple[str, str | None]] = []
         self._lock = threading.Lock()
 
     def set_health(
@@ -577,9 +651,25 @@ class FakeProbe:
         """The answer for a version URL or a version command."""
         self._versions[key if isinstance(key, str) else tuple(key)] = info
 
-    def health(self, url: str, timeout_s: float = 2.0) -> Health:
+    def set_impostor(self, port: int, version: str = "6.6.6-impostor", pid: int = 31337) -> Impostor:
+        """From now on a process outside every unit holds ``port``: it answers 200 and its version to
+        an unchecked request, and a checked one is refused naming it (what the real probe does)."""
+        imp = Impostor(port, version, pid)
+        self.impostors[port] = imp
+        return imp
+
+    def _impostor(self, url: str, expect_cgroup: str | None) -> Impostor | None:
+        self.checked.append((url, expect_cgroup))
+        return self.impostors.get(urlsplit(url).port or 80)
+
+    def health(self, url: str, timeout_s: float = 2.0, expect_cgroup: str | None = None) -> Health:
         with self._lock:
             self.health_polls.append(url)
+            imp = self._impostor(url, expect_cgroup)
+            if imp is not None:
+                h = imp.health(expect_cgroup)
+                self.log.add("probe.health", url, h.status)
+                return h
             s = self._health.get(url)
             unit_down = (
                 s is not None
@@ -606,31 +696,43 @@ class FakeProbe:
             return h
 
     def version(
-        self, version_url: str | None, version_command: Sequence[str] | None, timeout_s: float = 5.0
+        self,
+        version_url: str | None,
+        version_command: Sequence[str] | None,
+        timeout_s: float = 5.0,
+        expect_cgroup: str | None = None,
     ) -> VersionInfo:
         cmd = tuple(version_command) if version_command else None
         self.version_calls.append((version_url, cmd))
         self.log.add("probe.version", version_url, cmd)
         if self.version_error is not None:
             raise self.version_error
+        imp = self._impostor(version_url, expect_cgroup) if version_url else None
+        if imp is not None:
+            return imp.version_info(expect_cgroup)
         if version_url and version_url in self._versions:
             return self._versions[version_url]
         if cmd and cmd in self._versions:
             return self._versions[cmd]
         return VersionInfo(version=None, source="none")
 
-    def warmup(self, request: WarmupRequest) -> WarmupResult:
+    def warmup(self, request: WarmupRequest, expect_cgroup: str | None = None) -> WarmupResult:
         self.warmups.append(request)
         self.log.add("probe.warmup", request.url)
+        imp = self._impostor(request.url, expect_cgroup)
+        if imp is not None and expect_cgroup is not None:
+            return WarmupResult(False, None, imp.message(expect_cgroup), foreign=imp.foreign(expect_cgroup))
         return self.warmup_results.get(request.url, WarmupResult(True, 200, "1 chunk(s)", 0.01, 0.02, 1))
 
-    def models(self, url: str, headers: Any, timeout_s: float = 5.0) -> tuple[list[str] | None, str | None]:
+    def models(
+        self, url: str, headers: Any, timeout_s: float = 5.0, expect_cgroup: str | None = None
+    ) -> tuple[list[str] | None, str | None]:
         self.models_calls.append((url, dict(headers)))
         self.log.add("probe.models", url)
         names = self.model_lists.get(url)
         return (list(names), None) if names is not None else (None, "HTTP 404")
 
-    def in_flight(self, backend: Any) -> int | None:
+    def in_flight(self, backend: Any, expect_cgroup: str | None = None) -> int | None:
         name = backend.name
         with self._lock:
             self.in_flight_polls.append(name)

@@ -16,7 +16,12 @@ says the schedule or the override wants, then checks, with witnesses that are no
 * ``launch_recorded``: every start a stand-in witnessed lies inside a ledger row about its backend
   (or a spooled one, while the disk is full);
 * ``ledger_verify``: ``gpushift ledger verify`` passes, or names exactly the break it was told about;
-* ``serves_wanted``: the host serves what the schedule or the override wants, within the bound.
+* ``serves_wanted``: the host serves what the schedule or the override wants, within the bound;
+* ``daemon_survives``: a flood of ``/metrics`` connections neither restarts the daemon nor stops it
+  answering;
+* ``no_foreign_ok``: while another user's process answers on the target's port (``port_impostor``),
+  the switch does not end ok, its failure names that process, and no ``ok`` row carries the version
+  it claimed.
 
 ``python -m pytest tests/integration/test_soak.py`` runs the short version; ``make soak`` runs 1,000
 events and writes the report (:func:`report_markdown`) into ``docs/reliability.md``.
@@ -42,6 +47,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from . import impostor
 from .diskfull import fill
 
 #: Event kinds and their weights in the random draw.  The first events are every kind once (in a
@@ -63,6 +69,7 @@ WEIGHTS: dict[str, int] = {
     "ledger_disk_full": 3,
     "ledger_replaced": 4,
     "listener_flood": 3,
+    "port_impostor": 3,
 }
 
 #: The phases a switch reports, in order; the soak kills the daemon or cancels in one of them.
@@ -77,6 +84,7 @@ INVARIANTS = (
     "ledger_verify",
     "serves_wanted",
     "daemon_survives",
+    "no_foreign_ok",
 )
 
 #: The listener flood: idle connections held open on /metrics while a switch runs (the listener
@@ -463,6 +471,63 @@ class Soak:
             f"the daemon was restarted during a /metrics flood (pid {pid} -> {now['MainPID']}, "
             f"restarts {restarts} -> {now['NRestarts']})",
         )
+
+    def ev_port_impostor(self) -> None:
+        """Another user's process binds the target's port while the serving backend stops, and
+        answers 200 with a version of its own: the switch must fail naming it (the target cannot
+        bind its port) and no ``ok`` row may carry that version; the rollback brings the previous
+        backend back.  The impostor is gone before the checks (the host can serve the target again)."""
+        target = self.other(self.serving())
+        proc, phases = self.follow_switch(target)
+        self.wait(lambda: self.reached(phases, "stop") or proc.poll() is not None, 60, "phase stop")
+        imp = impostor.start(self.env.backends[target].port)
+        try:
+            assert imp.stdout is not None
+            bound = imp.stdout.readline().startswith("listening")  # or it exits: the port was taken
+            res = self.result(proc)
+            self.uncertain = True
+            if not bound:
+                self.stats.notes["port impostor: the target had bound its port first"] += 1
+                return
+            self.stats.notes[f"port impostor: the switch ended {res.get('outcome')}"] += 1
+            self.check(
+                "no_foreign_ok",
+                not res.get("ok"),
+                f"the switch to {target} ended ok while PID {imp.pid} held its port: {str(res)[:300]}",
+            )
+            self.check(
+                "no_foreign_ok",
+                f"PID {imp.pid}" in str(res.get("message")),
+                f"the failure does not name the impostor (PID {imp.pid}): {str(res.get('message'))[:300]}",
+            )
+            claimed = self.ok_rows_with_version(impostor.VERSION)
+            self.check("no_foreign_ok", not claimed, f"ok rows with the impostor's version: {claimed}")
+        finally:
+            imp.terminate()
+            try:
+                imp.wait(10)
+            except subprocess.TimeoutExpired:
+                imp.kill()
+                imp.wait(10)
+
+    def ok_rows_with_version(self, version: str) -> list[int]:
+        """Ids of ``ok`` rows whose backend version is ``version`` (ledger.db read-only, and the spool)."""
+        ids: list[int] = []
+        with contextlib.suppress(sqlite3.Error):
+            db = sqlite3.connect(f"file:{self.env.state_dir / 'ledger.db'}?mode=ro", uri=True, timeout=5)
+            try:
+                q = "SELECT id FROM switches WHERE outcome = 'ok' AND backend_version = ?"
+                ids = [int(x[0]) for x in db.execute(q, (version,))]
+            finally:
+                db.close()
+        spool = self.env.runtime_dir / "ledger-pending"
+        for p in sorted(spool.glob("*.json")) if spool.is_dir() else []:
+            with contextlib.suppress(OSError, ValueError):
+                rec = json.loads(p.read_text())
+                rec = rec.get("record", rec) if isinstance(rec, dict) else {}
+                if rec.get("outcome") == "ok" and rec.get("backend_version") == version:
+                    ids.append(-1)
+        return ids
 
     def ev_reload_good(self) -> None:
         # a key a reload applies (backends and the GPU provider need a restart: a reload refuses them)

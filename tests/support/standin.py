@@ -32,6 +32,8 @@ Misbehaviours on request (each one a failure gpushift must survive):
                                as a real server maps the device
     --stop-delay S             on SIGTERM, take S seconds before exiting (a server finishing its
                                requests and freeing its memory: a stop job that lasts)
+    --bind-delay S             wait S seconds before binding its port (vLLM imports and sets up for
+                               seconds first); a port taken by then makes it exit 1, as any server
 
 A witness for the soak (``tests/support/soak.py``):
     --witness FILE             once its devices are open, append one JSON line to FILE: its pid, its
@@ -414,6 +416,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--hold-device", metavar="PATH", nargs="+", action="extend", default=[], help="files to keep open"
     )
     p.add_argument("--stop-delay", type=float, default=0.0, help="seconds SIGTERM takes before the exit")
+    p.add_argument("--bind-delay", type=float, default=0.0, help="seconds before it binds its port")
     p.add_argument("--witness", metavar="FILE", help="append what this process saw at its start to FILE")
     p.add_argument("--request-seconds", type=float, default=0.0, help="how long a completion takes")
     p.add_argument(
@@ -475,6 +478,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, lambda s, f: stop.set())
 
+    if args.bind_delay > 0:
+        log(f"binding {args.host}:{args.port} in {args.bind_delay:g} s")
+        if stop.wait(args.bind_delay):
+            log("stopped before binding")
+            return 0
     try:
         server, state = make_server(args)
     except OSError as e:

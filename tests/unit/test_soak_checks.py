@@ -99,3 +99,25 @@ def test_report_goes_between_its_markers_only(tmp_path: Path) -> None:
     assert text.startswith(f"head\n{soak.BEGIN}\n") and text.endswith(f"{soak.END}\ntail\n")
     assert "OLD BODY" not in text and "| `switch` | 3 |" in text and "**1 invariant violations**" in text
     assert "| `serves_wanted` | 0 | 1 |" in text
+
+
+def test_ok_rows_with_the_impostor_s_version_are_found_in_the_ledger_and_the_spool(tmp_path: Path) -> None:
+    import sqlite3
+
+    s = make_soak(tmp_path)
+    s.env.state_dir, s.env.runtime_dir = tmp_path / "state", tmp_path / "run"
+    s.env.state_dir.mkdir()
+    db = sqlite3.connect(s.env.state_dir / "ledger.db")
+    db.execute("CREATE TABLE switches (id INTEGER PRIMARY KEY, outcome TEXT, backend_version TEXT)")
+    rows = [(1, "ok", "1.0.0"), (2, "rolled_back", "6.6.6-impostor"), (3, "ok", "6.6.6-impostor")]
+    db.executemany("INSERT INTO switches VALUES (?, ?, ?)", rows)
+    db.commit()
+    db.close()
+    assert s.ok_rows_with_version("6.6.6-impostor") == [3]
+    spool = s.env.runtime_dir / "ledger-pending"
+    spool.mkdir(parents=True)
+    (spool / "1.json").write_text(
+        json.dumps({"record": {"outcome": "ok", "backend_version": "6.6.6-impostor"}})
+    )
+    assert s.ok_rows_with_version("6.6.6-impostor") == [3, -1]
+    assert s.ok_rows_with_version("1.0.0") == [1]

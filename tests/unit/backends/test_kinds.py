@@ -71,7 +71,7 @@ def test_a_kind_added_to_the_table_brings_everything_it_knows(monkeypatch: pytes
     # The pre-warm: its model files, the unit's variables expanded.
     assert plan.model_paths(b, ["demo-server", "${W}"], {"W": "/m/x.weights"}) == ["/m/x.weights"]
     # The drain: its page read its way.
-    monkeypatch.setattr(probe, "_get", lambda url, timeout_s: (200, b"5\n"))
+    monkeypatch.setattr(probe, "_get", lambda url, timeout_s, *checked: (200, b"5\n"))
     assert probe.HttpBackendProbe().in_flight(b) == 5
 
 

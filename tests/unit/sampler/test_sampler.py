@@ -110,9 +110,9 @@ def test_sampler_stale_health_alone_makes_the_backend_not_serving(world: Any) ->
     gate = threading.Event()
     real_health = w.probe.health
 
-    def hung(url: str, timeout_s: float = 2.0) -> Health:
+    def hung(url: str, timeout_s: float = 2.0, expect_cgroup: str | None = None) -> Health:
         gate.wait(20)
-        return real_health(url, timeout_s)
+        return real_health(url, timeout_s, expect_cgroup)
 
     w.probe.health = hung  # type: ignore[method-assign]
     try:
@@ -273,11 +273,11 @@ def test_sampler_hung_read_costs_only_its_own_figure_and_is_not_started_twice(wo
     calls: list[str] = []
     real_health = w.probe.health
 
-    def health(url: str, timeout_s: float = 2.0) -> Health:
+    def health(url: str, timeout_s: float = 2.0, expect_cgroup: str | None = None) -> Health:
         calls.append(url)
         if len(calls) > 1:
             release.wait(20)  # hangs (past its own timeout) until the test lets go
-        return real_health(url, timeout_s)
+        return real_health(url, timeout_s, expect_cgroup)
 
     w.probe.health = health  # type: ignore[method-assign]
     s.start()
@@ -340,9 +340,9 @@ def test_sampler_health_timeout_stays_inside_the_period(world: Any) -> None:
     seen: list[float] = []
     real_health = w.probe.health
 
-    def health(url: str, timeout_s: float = 2.0) -> Health:
+    def health(url: str, timeout_s: float = 2.0, expect_cgroup: str | None = None) -> Health:
         seen.append(timeout_s)
-        return real_health(url, timeout_s)
+        return real_health(url, timeout_s, expect_cgroup)
 
     w.probe.health = health  # type: ignore[method-assign]
     sampler(w, period_s=1.0).sample_once()

@@ -79,10 +79,10 @@ def cancel_in(w: Any, phase: Phase, detail: str = "") -> None:
     w.switcher.listeners.append(listen)
 
 
-def breaks_after_one(calls: list[int]) -> Callable[[Any], int | None]:
+def breaks_after_one(calls: list[int]) -> Callable[..., int | None]:
     """A drain probe that answers once (requests in flight), then fails (an adapter's error)."""
 
-    def in_flight(backend: Any) -> int | None:
+    def in_flight(backend: Any, expect_cgroup: str | None = None) -> int | None:
         calls.append(1)
         if len(calls) > 1:
             raise GpushiftError("the probe broke")
@@ -133,7 +133,7 @@ def scenarios(mk: Callable[..., Any], fakes: Any) -> None:
     cancel_in(w, P.HOOKS, "after_ready")
     assert w.switch("night").outcome is Outcome.ROLLED_BACK
     w = setup(mk, fakes, warmup=True)  # the warm-up request fails
-    w.probe.warmup = lambda req: WarmupResult(False, 500, "boom", 0.0, 0.0, 0)
+    w.probe.warmup = lambda req, expect_cgroup=None: WarmupResult(False, 500, "boom", 0.0, 0.0, 0)
     assert w.switch("night").failed_phase is P.WARMUP
 
 
