@@ -45,14 +45,16 @@ ON_RELOAD = frozenset(
     - {"daemon.bus", "daemon.state_dir", "daemon.runtime_dir"}
 )
 #: What needs ``systemctl restart gpushift``: what was built at start (the bus connection, the
-#: ledger and spool paths, the GPU provider, the metrics listener and textfile).
-ON_RESTART = frozenset({"daemon.bus", "daemon.state_dir", "daemon.runtime_dir", "gpu.*", "metrics.*"})
+#: ledger and spool paths, the GPU provider, the metrics listener and textfile, the mirror's thread).
+ON_RESTART = frozenset(
+    {"daemon.bus", "daemon.state_dir", "daemon.runtime_dir", "gpu.*", "metrics.*", "mirror.*"}
+)
 
 
 def flat(config: config_mod.Config) -> dict[str, Any]:
     """Every key of ``config`` by its dotted name (a backend's whole table under ``backends.NAME``)."""
     out: dict[str, Any] = {}
-    for table in ("daemon", "gpu", "metrics", "hooks", "notify"):
+    for table in ("daemon", "gpu", "metrics", "hooks", "notify", "mirror"):
         section = getattr(config, table)
         for key in type(section).__dataclass_fields__:
             out[f"{table}.{key}"] = getattr(section, key)
