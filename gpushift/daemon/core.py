@@ -25,7 +25,7 @@ from gpushift import __version__
 from gpushift.bus import properties
 from gpushift.bus.names import BUS_NAME
 from gpushift.config import schema as config_mod
-from gpushift.daemon import exporter, wiring
+from gpushift.daemon import exporter, fleetwire, wiring
 from gpushift.daemon.clockwork import Clockwork
 from gpushift.daemon.relay import SignalRelay
 from gpushift.daemon.settings import ConfigOnDisk, load_schedule_of, parse_until, reloadable, watch_settings
@@ -62,6 +62,8 @@ class Daemon:
         self._service: Any = None
         self._publication: Any = None
         self.relay = SignalRelay(self)  # the switch's events -> the bus's signals
+        self.mirror: Any = None  # [mirror]: the ledger's copy in the fleet's database (docs/fleet.md)
+        self.stagger: dict[str, Any] | None = None  # [daemon] stagger_s: this host's offset
         from gpushift.host.sdnotify import Notifier
 
         self.notify = Notifier()
@@ -191,6 +193,7 @@ class Daemon:
         out = wiring.compose_status(self.config, sample, now, daemon, c.ledger_view())
         out.update(self.keeper.status())
         out["notices"] = self.notices.status(self.lookahead.status())
+        out["mirror"] = self.mirror.status() if self.mirror is not None else None
         masked: dict[str, Any] = redact.redact_tree(out)
         return masked
 
@@ -375,6 +378,7 @@ class Daemon:
             )
             self.sampler.stop()
             return 1
+        self.mirror = fleetwire.start(self)  # [mirror]: its own thread and connection
         self.metrics = exporter.start(self)  # /metrics and the textfile, on threads of their own
         self.webhook.start()  # only the daemon that owns the bus name delivers the queue
         self._loop = GLib.MainLoop()
@@ -408,6 +412,8 @@ class Daemon:
         self._loop.run()
         if self.metrics is not None:
             self.metrics.stop()
+        if self.mirror is not None:
+            self.mirror.stop()
         self.sampler.stop()
         self.clockwork.stop()
         self.prewarming.stop()  # end the pre-warm readers this daemon started
@@ -419,6 +425,8 @@ class Daemon:
     def _reconcile(self) -> None:
         """Every reconcile_interval_s and after a clock jump (the clockwork's timer, loop thread)."""
         self._flush_ledger()
+        if self.mirror is not None:
+            self.mirror.poke(state=True)  # the host's state row at every reconcile
         try:
             self.override_store.flush()  # an override the state directory could not take (disk full)
         except Exception as e:
