@@ -150,11 +150,11 @@ class Mirror:
             store = CentralStore(conn, self.host)
             caught_up = self._sync(conn, store)
             self._audit(conn, store)
-            self._put_state(conn, store)
             if self.error is not None:
                 self.log.info("mirror_reachable", database=db.where(self.config.url))
             self.error = None
             self._measure()
+            self._put_state(conn, store)
             if not caught_up:
                 self._wake.set()  # more to send: the next cycle at once
         except (FleetError, LedgerError) as e:
@@ -315,13 +315,12 @@ class Mirror:
         state = dict(self.state_source())
         state["mirror"] = {k: v for k, v in self.status().items() if k not in ("lag_s", "last_problems")}
         state["machine_id"] = self.machine_id
-        same = {k: v for k, v in state.items() if k != "mirror"} == self._last_state
-        if same and not self._state_due.is_set():
+        if state == self._last_state and not self._state_due.is_set():
             return
         self._state_due.clear()
         store.put_state(state)
         conn.commit()
-        self._last_state = {k: v for k, v in state.items() if k != "mirror"}
+        self._last_state = state
 
     def _problem(
         self, kind: str, chain: str | None, what: str, conn: Any = None, row_id: int | None = None
