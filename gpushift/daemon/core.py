@@ -52,6 +52,9 @@ class Daemon:
         self.config_on_disk = ConfigOnDisk(self.config_path)
         self.config = self.config_on_disk.load()
         self.schedule = load_schedule_of(self.config)
+        from gpushift.host.identity import stagger
+
+        self.stagger = stagger(self.config)
         from gpushift.daemon import logs
 
         self.log = logs.setup(self.config.daemon.log_level)
@@ -63,7 +66,6 @@ class Daemon:
         self._publication: Any = None
         self.relay = SignalRelay(self)  # the switch's events -> the bus's signals
         self.mirror: Any = None  # [mirror]: the ledger's copy in the fleet's database (docs/fleet.md)
-        self.stagger: dict[str, Any] | None = None  # [daemon] stagger_s: this host's offset
         from gpushift.host.sdnotify import Notifier
 
         self.notify = Notifier()
@@ -119,6 +121,7 @@ class Daemon:
         )
         self.lookahead.add(self.prewarming.consumer())
         self.switcher.preflight.row_facts.append(self.prewarming.row_facts)
+        self.switcher.preflight.row_facts.append(lambda _t: {"stagger": self.stagger} if self.stagger else {})
         from gpushift.notify.webhook import WebhookSender
 
         self.webhook = WebhookSender(lambda: self.config.notify, self.config.daemon.state_dir, self.log)
@@ -194,6 +197,7 @@ class Daemon:
         out.update(self.keeper.status())
         out["notices"] = self.notices.status(self.lookahead.status())
         out["mirror"] = self.mirror.status() if self.mirror is not None else None
+        out["stagger"] = self.stagger  # [daemon] stagger_s: the offset of every boundary shown
         masked: dict[str, Any] = redact.redact_tree(out)
         return masked
 
@@ -323,6 +327,9 @@ class Daemon:
         self.switcher.reconfigure(new)
         self.sampler.reconfigure(new)
         self.schedule = new_schedule
+        from gpushift.host.identity import stagger
+
+        self.stagger = stagger(new)
         self.keeper.set_schedule(new_schedule)
         self.keeper.configure(new.daemon.max_attempts, new.daemon.retry_after_s, watch_settings(new))
         if self._service is not None:

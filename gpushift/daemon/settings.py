@@ -14,11 +14,13 @@ from gpushift.schedule import Schedule
 
 
 def load_schedule_of(config: config_mod.Config) -> Schedule | None:
-    """The schedule the config names, checked against its backends.
+    """The schedule the config names, checked against its backends, its boundaries shifted by this
+    host's stagger (``[daemon] stagger_s``, ``host/identity.py``).
 
     ``[daemon] schedule`` absent: the default path, when that file exists; ``""``: no schedule.
     A named file that is missing or invalid is an error (the daemon refuses to start on it).
     """
+    from gpushift.host.identity import stagger
     from gpushift.schedule import DEFAULT_SCHEDULE_PATH, load_schedule
 
     path = config.daemon.schedule
@@ -28,7 +30,9 @@ def load_schedule_of(config: config_mod.Config) -> Schedule | None:
         if not os.path.exists(DEFAULT_SCHEDULE_PATH):
             return None
         path = DEFAULT_SCHEDULE_PATH
-    return load_schedule(path, backends=set(config.backends))
+    sched = load_schedule(path, backends=set(config.backends))
+    st = stagger(config)
+    return sched.staggered(st["offset_s"]) if st is not None else sched
 
 
 #: What a reload applies: every key of these tables (a backend's table counts as one key,

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 import socket
+from typing import Any
 
 from gpushift.config.textfile import read_bounded
+from gpushift.config.types import Config
 
 MACHINE_ID_PATH = "/etc/machine-id"
 _MACHINE_ID = re.compile(r"[0-9a-f]{32}")
@@ -33,3 +35,11 @@ def machine_id(path: str = MACHINE_ID_PATH) -> str | None:
     except Exception:  # noqa: BLE001 - a FIFO or device at the path (textfile.Skipped): no id
         return None
     return text if _MACHINE_ID.fullmatch(text) else None
+
+
+def stagger(config: Config) -> dict[str, Any] | None:
+    """This host's stagger (``[daemon] stagger_s``, from its host name): ``host_name``, ``stagger_s``,
+    ``offset_s``; None without one.  What the daemon shifts its schedule by, and ``schedule`` shows."""
+    from gpushift.schedule.stagger import describe
+
+    return describe(host_name(config.mirror.host_name), config.daemon.stagger_s)
