@@ -121,6 +121,7 @@ bench: venv
 	$(PY) bench/status.py --cold
 	$(PY) bench/footprint.py
 	$(PY) bench/prewarm.py
+	$(PY) bench/fleet_ledger.py
 
 bench-smoke: venv
 	$(PY) bench/ledger_list.py --smoke
@@ -129,6 +130,7 @@ bench-smoke: venv
 	$(PY) bench/status.py --smoke --cold
 	$(PY) bench/prewarm.py --smoke
 	$(PY) bench/footprint.py --smoke
+	$(PY) bench/fleet_ledger.py --smoke
 
 bench-gpu:
 	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gate_latency.py

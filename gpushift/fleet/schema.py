@@ -60,7 +60,7 @@ _V1 = (
         PRIMARY KEY (host, chain, id)
     )""",
     # fleet ledger: newest first over every host, one host, one outcome (docs/fleet.md "Indexes").
-    "CREATE INDEX IF NOT EXISTS gpushift_ledger_started ON gpushift_ledger (started_at DESC, host, id DESC)",
+    "CREATE INDEX IF NOT EXISTS gpushift_ledger_started ON gpushift_ledger (started_at DESC, host DESC, id DESC)",
     "CREATE INDEX IF NOT EXISTS gpushift_ledger_host ON gpushift_ledger (host, started_at DESC, id DESC)",
     "CREATE INDEX IF NOT EXISTS gpushift_ledger_outcome ON gpushift_ledger (outcome, started_at DESC)",
     """CREATE TABLE IF NOT EXISTS gpushift_host_state (

@@ -25,6 +25,7 @@ SCRIPTS = [
     "footprint.py",
     "gate_latency.py",
     "prewarm.py",
+    "fleet_ledger.py",
 ]
 
 
