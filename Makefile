@@ -20,7 +20,11 @@ PYENV_ROOT ?= /root/.pyenv
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
 APT_PACKAGES := systemd dbus dbus-daemon libgirepository1.0-dev libcairo2-dev pkg-config gcc \
-	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base curl
+	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base curl libpq5
+# The fleet tests (tests/support/pgcluster.py) start a private PostgreSQL cluster of their own with
+# the server's initdb and pg_ctl (/usr/lib/postgresql/15/bin); the package's own cluster (15/main on
+# port 5432, which its install creates and may start) is never used.
+APT_PACKAGES_TEST := postgresql
 # Installed without their recommended packages: prometheus (with promtool) for the metrics tests,
 # which start a private Prometheus of their own (not node_exporter, which it recommends).  On a host
 # booted with systemd the package also enables its own prometheus.service; the tests never use it.
@@ -32,7 +36,7 @@ APT_PACKAGES_NO_RECOMMENDS := prometheus
 all: venv
 
 deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(APT_PACKAGES) $(APT_PACKAGES_TEST); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	bare=""; for p in $(APT_PACKAGES_NO_RECOMMENDS); do dpkg -s $$p >/dev/null 2>&1 || bare="$$bare $$p"; done; \
 	if [ -n "$$missing$$bare" ]; then echo "apt: installing$$missing$$bare"; apt-get update -qq || exit 1; \
 	  if [ -n "$$missing" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; fi; \
@@ -66,7 +70,7 @@ test-pythons: venv
 	  env=.venv-$$v; \
 	  if [ ! -f $$env/.installed ] || [ pyproject.toml -nt $$env/.installed ]; then \
 	    $$py -m venv $$env && $$env/bin/pip install -q --upgrade pip && \
-	    $$env/bin/pip install -q pytest pytest-timeout hypothesis "apscheduler>=3.11.2,<4" click structlog psutil nvidia-ml-py "prometheus-client>=0.17" "jeepney>=0.8" "aiohttp>=3.9" "tomli>=2; python_version<'3.11'" && \
+	    $$env/bin/pip install -q pytest pytest-timeout hypothesis "apscheduler>=3.11.2,<4" click structlog psutil nvidia-ml-py "prometheus-client>=0.17" "jeepney>=0.8" "aiohttp>=3.9" "psycopg>=3.1" "tomli>=2; python_version<'3.11'" && \
 	    $$env/bin/pip install -q --no-deps -e . && touch $$env/.installed || exit 1; \
 	  fi; \
 	  echo "== unit tests on $$($$env/bin/python --version)"; \
@@ -117,6 +121,7 @@ bench: venv
 	$(PY) bench/status.py --cold
 	$(PY) bench/footprint.py
 	$(PY) bench/prewarm.py
+	$(PY) bench/fleet_ledger.py
 
 bench-smoke: venv
 	$(PY) bench/ledger_list.py --smoke
@@ -125,6 +130,7 @@ bench-smoke: venv
 	$(PY) bench/status.py --smoke --cold
 	$(PY) bench/prewarm.py --smoke
 	$(PY) bench/footprint.py --smoke
+	$(PY) bench/fleet_ledger.py --smoke
 
 bench-gpu:
 	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gate_latency.py

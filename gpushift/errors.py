@@ -96,6 +96,13 @@ class LedgerError(GpushiftError):
     dbus_suffix = "Ledger"
 
 
+class FleetError(GpushiftError):
+    """The fleet's central database (``[mirror]``) cannot be reached, or refuses (docs/fleet.md)."""
+
+    code = 12
+    dbus_suffix = "Fleet"
+
+
 #: Every error class by its D-Bus name, so the client can turn a remote error back into one.
 def by_dbus_name() -> dict[str, type[GpushiftError]]:
     out: dict[str, type[GpushiftError]] = {}

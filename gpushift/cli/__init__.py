@@ -39,6 +39,11 @@ _LAZY = {
         "check",
         "Check config, units and GPUs before a switch.",
     ),
+    "fleet": (
+        "gpushift.cli.fleet",
+        "fleet",
+        "All hosts of the fleet, from one database.",
+    ),
 }
 
 

@@ -40,11 +40,12 @@ def _schedule_path(cfg: config_mod.Config) -> str:
 
 def _local(t: datetime, sched: Schedule) -> str:
     lt = t.astimezone(sched.tz)
-    return f"{lt:%a %Y-%m-%d %H:%M} {lt.tzname()}"
+    return f"{lt:%a %Y-%m-%d %H:%M}" + (f":{lt:%S}" if lt.second else "") + f" {lt.tzname()}"
 
 
 def _utc(t: datetime) -> str:
-    return f"{t.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    u = t.astimezone(UTC)  # seconds only where a stagger put some ([daemon] stagger_s)
+    return f"{u:%Y-%m-%d %H:%M}" + (f":{u:%S}" if u.second else "") + " UTC"
 
 
 def _zone_source(sched: Schedule) -> str:
@@ -129,6 +130,14 @@ def _echo_spans(sched: Schedule, at: datetime) -> None:
     _table(rows)
 
 
+def _staggered(cfg: config_mod.Config, sched: Schedule) -> tuple[Schedule, dict[str, Any] | None]:
+    """The schedule as this host's daemon fires it (``[daemon] stagger_s``) and the stagger."""
+    from gpushift.host.identity import stagger as stagger_of
+
+    stagger = stagger_of(cfg)
+    return (sched.staggered(stagger["offset_s"]) if stagger is not None else sched), stagger
+
+
 @click.group("schedule", invoke_without_command=True, short_help="List the next switches of the schedule.")
 @click.option(
     "--next", "count", type=click.IntRange(1, 10000), default=10, show_default=True, help="How many to list."
@@ -159,6 +168,7 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
         sched = load_schedule(_schedule_path(cfg), backends=cfg.backends.keys())
     except GpushiftError as e:
         _fail(e)
+    sched, stagger = _staggered(cfg, sched)
     at = parse_from(start, sched.tz) if start else datetime.now(UTC)
     current = sched.in_effect(at)
     fires = sched.next(at, count)
@@ -174,6 +184,7 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
             "tz": str(sched.tz),
             "tz_line": sched.tz_line,
             "at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "stagger": stagger,
             "in_effect": _fire_json(current, sched) if current else None,
             "exceptions": [_span_json(s, sched, at) for s in sched.spans],
             "next": [{**_fire_json(f, sched), "changes": c} for f, c in zip(fires, changes, strict=True)],
@@ -182,6 +193,9 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
         return
 
     say(f"Schedule {sched.path} (time zone {sched.tz}, {_zone_source(sched)})")
+    if stagger is not None:
+        say(f"Staggered: every boundary {stagger['offset_s']} s later on this host ({stagger['host_name']}; "
+            f"[daemon] stagger_s = {stagger['stagger_s']})")  # fmt: skip
     if not sched.entries and not sched.spans:
         say("The schedule has no entries: it never switches.")
         return

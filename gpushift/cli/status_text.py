@@ -90,8 +90,36 @@ def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
         *_ledger_lines(s.get("ledger") or {}),
         *_notices_lines(s.get("notices") or {}),
         *_frontdoor_lines(s.get("frontdoor")),
+        *_mirror_lines(s.get("mirror"), s.get("stagger")),
     ]
     return "\n".join(lines)
+
+
+def _mirror_lines(m: Any, stagger: Any) -> list[str]:
+    """The fleet's mirror (docs/fleet.md): its state and lag, problems it reported; the stagger."""
+    lines = []
+    if isinstance(m, dict):
+        lag = (
+            f"{m.get('lag_rows') or 0} rows behind, for {m.get('lag_s') or 0:g} s"
+            if m.get("lag_rows")
+            else "caught up"
+        )
+        err = f"; {plain_error(m['error'])}" if m.get("error") else ""
+        lines.append(
+            f"mirror:   {known(m.get('state'))} as {known(m.get('host'))} to {known(m.get('database'))}: {lag}{err}"
+        )
+        for p in m.get("last_problems") or []:
+            lines.append(f"mirror:   REPORTED {known(p.get('kind'))}: {known(p.get('what'))}")
+        if m.get("machine_id_shared_with"):
+            lines.append(
+                f"mirror:   machine-id shared with {', '.join(map(str, m['machine_id_shared_with']))}"
+            )
+    if isinstance(stagger, dict) and stagger.get("stagger_s"):
+        lines.append(
+            f"stagger:  boundaries {stagger.get('offset_s')} s late (of {stagger.get('stagger_s')} s, from host "
+            f"name {known(stagger.get('host_name'))})"
+        )
+    return lines
 
 
 def _mib(v: Any) -> str:

@@ -19,6 +19,7 @@ from gpushift.config import textfile, validate
 from gpushift.config.frontdoor import check_against_backends, model_names, read_frontdoor
 from gpushift.config.hooks import read_hooks, read_notify
 from gpushift.config.keys import STRING_MAX, KeyReader
+from gpushift.config.mirror import read_mirror
 from gpushift.config.textfile import ENV_CONFIG, config_path
 from gpushift.config.types import (
     DAY_S,
@@ -91,7 +92,9 @@ class _Reader(KeyReader):
         return self.one_line("daemon.schedule", v)
 
     def config(self, data: Mapping[str, Any]) -> Config:
-        self.no_unknown(data, "", {"daemon", "gpu", "backends", "metrics", "hooks", "notify", "frontdoor"})
+        self.no_unknown(
+            data, "", {"daemon", "gpu", "backends", "metrics", "hooks", "notify", "frontdoor", "mirror"}
+        )
         daemon = self.daemon(data)
         gpu = self.gpu(data)
         backends = self.backends(data)
@@ -115,6 +118,7 @@ class _Reader(KeyReader):
             hooks=read_hooks(self, data),
             notify=read_notify(self, data),
             frontdoor=frontdoor,
+            mirror=read_mirror(self, data),
         )
 
     def daemon(self, data: Mapping[str, Any]) -> DaemonConfig:
@@ -145,6 +149,7 @@ class _Reader(KeyReader):
             retry_after_s=self.number(d, "daemon", "retry_after_s", 30.0, maximum=DAY_S),
             allowed_group=self.string(d, "daemon", "allowed_group", "gpushift"),
             sample_interval_s=self.number(d, "daemon", "sample_interval_s", 2.0, minimum=0.5, maximum=60),
+            stagger_s=self.number(d, "daemon", "stagger_s", 0, integer=True, maximum=3600),
         )
 
     def gpu(self, data: Mapping[str, Any]) -> GpuConfig:

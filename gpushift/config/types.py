@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from gpushift.backends.kind import WarmupConfig as WarmupConfig  # a kind's default is one
 from gpushift.backends.kinds import DEFAULT as DEFAULT_KIND
 from gpushift.config.hooks import HooksConfig, NotifyConfig
+from gpushift.config.mirror import MirrorConfig
 
 #: The ranges' upper ends (docs/config.md gives each key's range).
 MIB_MAX = 1024 * 1024  # 1 TiB
@@ -39,6 +40,7 @@ class DaemonConfig:
     retry_after_s: float = 30.0  # spacing between those attempts
     allowed_group: str = "gpushift"  # besides root, who may switch
     sample_interval_s: float = 2.0  # how often the sampler reads units, health, GPUs (status, metrics)
+    stagger_s: int = 0  # scheduled boundaries shift by a stable offset in [0, stagger_s) from the host name
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class Config:
     hooks: HooksConfig = field(default_factory=HooksConfig)  # config/hooks.py
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     frontdoor: FrontDoorConfig | None = None  # None: no [frontdoor] table, the daemon never calls one
+    mirror: MirrorConfig = field(default_factory=MirrorConfig)  # config/mirror.py; url "": none
 
     def backend(self, name: str) -> BackendConfig:
         return self.backends[name]

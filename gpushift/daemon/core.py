@@ -25,7 +25,7 @@ from gpushift import __version__
 from gpushift.bus import properties
 from gpushift.bus.names import BUS_NAME
 from gpushift.config import schema as config_mod
-from gpushift.daemon import exporter, wiring
+from gpushift.daemon import exporter, fleetwire, wiring
 from gpushift.daemon.clockwork import Clockwork
 from gpushift.daemon.models import ModelNames
 from gpushift.daemon.relay import SignalRelay
@@ -53,6 +53,9 @@ class Daemon:
         self.config_on_disk = ConfigOnDisk(self.config_path)
         self.config = self.config_on_disk.load()
         self.schedule = load_schedule_of(self.config)
+        from gpushift.host.identity import stagger
+
+        self.stagger = stagger(self.config)
         from gpushift.daemon import logs
 
         self.log = logs.setup(self.config.daemon.log_level)
@@ -64,6 +67,7 @@ class Daemon:
         self._publication: Any = None
         self.relay = SignalRelay(self)  # the switch's events -> the bus's signals
         self.models = ModelNames(self.log)  # the backends' model names (D-Bus Models, NextServed)
+        self.mirror: Any = None  # [mirror]: the ledger's copy in the fleet's database (docs/fleet.md)
         from gpushift.host.sdnotify import Notifier
 
         self.notify = Notifier()
@@ -120,6 +124,7 @@ class Daemon:
         self.lookahead.add(self.prewarming.consumer())
         self.switcher.preflight.row_facts.append(self.prewarming.row_facts)
         self.switcher.add_listener(self._after_switch)
+        self.switcher.preflight.row_facts.append(lambda _t: {"stagger": self.stagger} if self.stagger else {})
         from gpushift.notify.webhook import WebhookSender
 
         self.webhook = WebhookSender(lambda: self.config.notify, self.config.daemon.state_dir, self.log)
@@ -200,6 +205,8 @@ class Daemon:
         out = wiring.compose_status(self.config, sample, now, daemon, c.ledger_view())
         out.update(self.keeper.status())
         out["notices"] = self.notices.status(self.lookahead.status())
+        out["mirror"] = self.mirror.status() if self.mirror is not None else None
+        out["stagger"] = self.stagger  # [daemon] stagger_s: the offset of every boundary shown
         masked: dict[str, Any] = redact.redact_tree(out)
         return masked
 
@@ -329,6 +336,9 @@ class Daemon:
         self.switcher.reconfigure(new)
         self.sampler.reconfigure(new)
         self.schedule = new_schedule
+        from gpushift.host.identity import stagger
+
+        self.stagger = stagger(new)
         self.keeper.set_schedule(new_schedule)
         self.keeper.configure(new.daemon.max_attempts, new.daemon.retry_after_s, watch_settings(new))
         if self._service is not None:
@@ -388,6 +398,7 @@ class Daemon:
             )
             self.sampler.stop()
             return 1
+        self.mirror = fleetwire.start(self)  # [mirror]: its own thread and connection
         self.metrics = exporter.start(self)  # /metrics and the textfile, on threads of their own
         self.webhook.start()  # only the daemon that owns the bus name delivers the queue
         self._loop = GLib.MainLoop()
@@ -421,6 +432,8 @@ class Daemon:
         self._loop.run()
         if self.metrics is not None:
             self.metrics.stop()
+        if self.mirror is not None:
+            self.mirror.stop()
         self.sampler.stop()
         self.clockwork.stop()
         self.prewarming.stop()  # end the pre-warm readers this daemon started
@@ -432,6 +445,8 @@ class Daemon:
     def _reconcile(self) -> None:
         """Every reconcile_interval_s and after a clock jump (the clockwork's timer, loop thread)."""
         self._flush_ledger()
+        if self.mirror is not None:
+            self.mirror.poke(state=True)  # the host's state row at every reconcile
         try:
             self.override_store.flush()  # an override the state directory could not take (disk full)
         except Exception as e:

@@ -26,6 +26,7 @@ class _Daemon(Protocol):
     switcher: Any
     components: Any
     log: Any
+    mirror: Any
 
 
 def start(d: _Daemon) -> MetricsService | None:
@@ -44,6 +45,7 @@ def start(d: _Daemon) -> MetricsService | None:
         ledger=d.components.ledger_view,
         switching=lambda: d.switcher.snapshot()[0],
         version=__version__,
+        mirror=lambda: d.mirror.status() if d.mirror is not None else None,
     )
     service = MetricsService(m, sources, d.components.ports.gpu, d.switcher.current, d.log)
     d.switcher.add_listener(service.on_event)

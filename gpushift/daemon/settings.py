@@ -14,11 +14,13 @@ from gpushift.schedule import Schedule
 
 
 def load_schedule_of(config: config_mod.Config) -> Schedule | None:
-    """The schedule the config names, checked against its backends.
+    """The schedule the config names, checked against its backends, its boundaries shifted by this
+    host's stagger (``[daemon] stagger_s``, ``host/identity.py``).
 
     ``[daemon] schedule`` absent: the default path, when that file exists; ``""``: no schedule.
     A named file that is missing or invalid is an error (the daemon refuses to start on it).
     """
+    from gpushift.host.identity import stagger
     from gpushift.schedule import DEFAULT_SCHEDULE_PATH, load_schedule
 
     path = config.daemon.schedule
@@ -28,7 +30,9 @@ def load_schedule_of(config: config_mod.Config) -> Schedule | None:
         if not os.path.exists(DEFAULT_SCHEDULE_PATH):
             return None
         path = DEFAULT_SCHEDULE_PATH
-    return load_schedule(path, backends=set(config.backends))
+    sched = load_schedule(path, backends=set(config.backends))
+    st = stagger(config)
+    return sched.staggered(st["offset_s"]) if st is not None else sched
 
 
 #: What a reload applies: every key of these tables (a backend's table counts as one key,
@@ -47,17 +51,25 @@ ON_RELOAD = frozenset(
     - {"daemon.bus", "daemon.state_dir", "daemon.runtime_dir"}
 )
 #: What needs ``systemctl restart gpushift``: what was built at start (the bus connection, the
-#: ledger and spool paths, the GPU provider, the metrics listener and textfile, whether a front door
-#: is called at all: ``frontdoor.table``).
+#: ledger and spool paths, the GPU provider, the metrics listener and textfile, the mirror's thread,
+#: whether a front door is called at all: ``frontdoor.table``).
 ON_RESTART = frozenset(
-    {"daemon.bus", "daemon.state_dir", "daemon.runtime_dir", "gpu.*", "metrics.*", "frontdoor.table"}
+    {
+        "daemon.bus",
+        "daemon.state_dir",
+        "daemon.runtime_dir",
+        "gpu.*",
+        "metrics.*",
+        "mirror.*",
+        "frontdoor.table",
+    }
 )
 
 
 def flat(config: config_mod.Config) -> dict[str, Any]:
     """Every key of ``config`` by its dotted name (a backend's whole table under ``backends.NAME``)."""
     out: dict[str, Any] = {}
-    for table in ("daemon", "gpu", "metrics", "hooks", "notify"):
+    for table in ("daemon", "gpu", "metrics", "hooks", "notify", "mirror"):
         section = getattr(config, table)
         for key in type(section).__dataclass_fields__:
             out[f"{table}.{key}"] = getattr(section, key)

@@ -62,6 +62,7 @@ class Sources:
     ledger: Callable[[], LedgerView]
     switching: Callable[[], bool]
     version: str = ""
+    mirror: Callable[[], Mapping[str, Any] | None] = lambda: None  # the fleet's mirror (docs/fleet.md)
 
 
 def backend_label(name: str | None, config: Config) -> str:
@@ -107,6 +108,7 @@ class StateCollector(Collector):
         yield _gauge("gpushift_switch_in_progress", "1 while a switch runs", {}, 1 if src.switching() else 0)
         yield from self._gpus(config, sample, now)
         yield from self._schedule_and_ledger(config)
+        yield from self._mirror()
         if self._volatile and sample.taken_at is not None:
             yield _gauge(
                 "gpushift_sample_age_seconds",
@@ -114,6 +116,11 @@ class StateCollector(Collector):
                 {},
                 max(0.0, now - sample.taken_at),
             )
+
+    def _mirror(self) -> Iterable[Metric]:
+        m = self._src.mirror()
+        if m is not None:  # only with [mirror] url
+            yield from _mirror_gauges(m)
 
     def _backends(self, config: Config, sample: Sample, now: float) -> Iterable[Metric]:
         v = verdict(sample, now)
@@ -224,6 +231,17 @@ class StateCollector(Collector):
             {},
             0.0 if health.get("state") == "ok" else 1.0,
         )
+
+
+def _mirror_gauges(m: Mapping[str, Any]) -> Iterable[Metric]:
+    yield _gauge("gpushift_mirror_up", "1 while the fleet's database takes the mirror's writes", {},
+                 1.0 if m.get("error") is None and m.get("state") != "starting" else 0.0)  # fmt: skip
+    yield _gauge("gpushift_mirror_lag_rows", "Ledger rows (new or changed) not yet in the fleet's database",
+                 {}, float(m.get("lag_rows") or 0))  # fmt: skip
+    yield _gauge("gpushift_mirror_lag_seconds", "Seconds since the fleet's database was last caught up "
+                 "with the ledger (0 while it is)", {}, float(m.get("lag_s") or 0))  # fmt: skip
+    yield _gauge("gpushift_mirror_problems", "Mismatches between the ledger and its central copy the "
+                 "mirror found and reported (since the daemon started)", {}, float(m.get("problems") or 0))  # fmt: skip
 
 
 def _held_by_foreign(r: GpuReading, own_units: set[str], residual_mib: float) -> bool | None:

@@ -14,8 +14,9 @@ backend is in effect and the entries are silent; its start and its end are bound
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from gpushift.schedule.entry import Entry
@@ -75,7 +76,9 @@ class Schedule:
 
     ``tz`` is the zone every entry is read in (the file's ``TZ=`` line, else the host's zone);
     ``tz_line`` is that line's number, or ``None`` when the host's zone is used.  ``spans`` are the
-    calendar exceptions (``except`` lines), in time order, never overlapping.
+    calendar exceptions (``except`` lines), in time order, never overlapping.  ``offset_s``: every
+    instant the schedule speaks at comes this many seconds later than the file says (``[daemon]
+    stagger_s``, :meth:`staggered`); the spans hold their shifted instants.
     """
 
     path: str
@@ -83,15 +86,25 @@ class Schedule:
     entries: tuple[Entry, ...]
     tz_line: int | None = None
     spans: tuple[Span, ...] = ()
+    offset_s: int = 0
     # The entries that can win, with their fires around the instant last asked (``index.py``), and
     # the last answer of next_change() with the instants it holds for: caches, not part of the value.
-    _index: EntryIndex = field(init=False, repr=False, compare=False)
+    _index: EntryIndex | _ShiftedIndex = field(init=False, repr=False, compare=False)
     _change: tuple[datetime, datetime | None, Fire | None] | None = field(
         init=False, repr=False, compare=False, default=None
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_index", EntryIndex(self.entries, self.tz))
+        index = EntryIndex(self.entries, self.tz)
+        shifted = _ShiftedIndex(index, timedelta(seconds=self.offset_s)) if self.offset_s else index
+        object.__setattr__(self, "_index", shifted)
+
+    def staggered(self, offset_s: int) -> Schedule:
+        """This schedule with every boundary ``offset_s`` seconds after the file's (fires of its
+        entries and the starts and ends of its calendar exceptions alike): a host's stagger."""
+        delta = timedelta(seconds=offset_s - self.offset_s)
+        spans = tuple(replace(s, start=s.start + delta, end=s.end + delta) for s in self.spans)
+        return Schedule(self.path, self.tz, self.entries, self.tz_line, spans, offset_s)
 
     @property
     def targets(self) -> frozenset[str]:
@@ -250,6 +263,35 @@ class Schedule:
             return None
         e, at = latest
         return Fire(e, at, e.target)
+
+
+class _ShiftedIndex:
+    """The entry index of a staggered schedule: every instant ``delta`` later (asked earlier)."""
+
+    def __init__(self, inner: EntryIndex, delta: timedelta) -> None:
+        self.inner = inner
+        self.delta = delta
+
+    def latest(self, t: datetime) -> tuple[Entry, datetime] | None:
+        got = self.inner.latest(t - self.delta)
+        return (got[0], got[1] + self.delta) if got is not None else None
+
+    def fires_after(self, after: datetime) -> Iterator[tuple[datetime, list[int]]]:
+        for u, group in self.inner.fires_after(after - self.delta):
+            yield u + self.delta, group
+
+    def winner(self, group: Sequence[int], u: datetime) -> Entry:
+        return self.inner.winner(group, u - self.delta)
+
+    def change_after(
+        self, after: datetime, target: str | None, before: datetime | None
+    ) -> tuple[tuple[Entry, datetime] | None, datetime | None]:
+        d = self.delta
+        found, reach = self.inner.change_after(after - d, target, before - d if before is not None else None)
+        return (
+            (found[0], found[1] + d) if found is not None else None,
+            reach + d if reach is not None else None,
+        )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ SCRIPTS = [
     "gate_latency.py",
     "prewarm.py",
     "peer_check.py",
+    "fleet_ledger.py",
 ]
 
 

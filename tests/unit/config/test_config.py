@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpushift.config.hooks import HooksConfig, NotifyConfig
+from gpushift.config.mirror import MirrorConfig
 from gpushift.config.schema import (
     DEFAULT_CONFIG_PATH,
     ENV_CONFIG,
@@ -159,6 +160,7 @@ def test_config_every_key_is_documented_in_docs_config_md(repo_root: Path) -> No
         "[hooks]": set(HooksConfig.__dataclass_fields__),
         "[notify]": set(NotifyConfig.__dataclass_fields__),
         "[frontdoor]": set(FrontDoorConfig.__dataclass_fields__),
+        "[mirror]": set(MirrorConfig.__dataclass_fields__),
     }
     assert "| key | type | default | range | meaning |" in text
 

@@ -51,7 +51,16 @@ class Scrape:
             ledger=lambda: self.view,
             switching=lambda: w.switcher.snapshot()[0],
             version="9.9.9",
+            mirror=lambda: self.mirror,
         )
+        # [mirror] set: the mirror's status (gpushift/fleet/mirror.py); None: no mirror, no gauges
+        self.mirror: dict[str, Any] | None = {
+            "state": "lagging",
+            "lag_rows": 3,
+            "lag_s": 12.5,
+            "problems": 1,
+            "error": None,
+        }
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(sources, lambda: {0: "GPU-fake-0", 1: "GPU-fake-1"}))
         for c in self.switches.collectors():
@@ -351,3 +360,14 @@ def test_docs_metrics_md_describes_every_exported_metric(world: Any, repo_root: 
     }
     families |= histograms
     assert documented == families, documented ^ families
+
+
+def test_the_mirror_s_lag_is_exported_only_with_a_mirror(world: Any) -> None:
+    sc = Scrape(world)
+    text = generate_latest(sc.registry).decode()
+    assert "gpushift_mirror_lag_rows 3.0" in text and "gpushift_mirror_lag_seconds 12.5" in text
+    assert "gpushift_mirror_up 1.0" in text and "gpushift_mirror_problems 1.0" in text
+    sc.mirror = {"state": "unavailable", "lag_rows": 9, "lag_s": 40.0, "problems": 0, "error": "down"}
+    assert "gpushift_mirror_up 0.0" in generate_latest(sc.registry).decode()
+    sc.mirror = None
+    assert "gpushift_mirror" not in generate_latest(sc.registry).decode()

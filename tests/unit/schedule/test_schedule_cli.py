@@ -401,3 +401,37 @@ def test_schedule_cli_from_outside_its_years_is_a_usage_error(files: tuple[Path,
     r = CliRunner().invoke(schedule, ["--from", start], obj={"config_path": str(cfg)}, catch_exceptions=False)
     assert r.exit_code == 2, r.output
     assert "--from" in r.output and "1970 to 9000" in r.output
+
+
+# ---- a staggered host ([daemon] stagger_s) --------------------------------------------------------
+
+
+def staggered(tmp_path: Path, sched: Path, host: str) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cfg = write_config(tmp_path, sched)
+    text = cfg.read_text().replace("[daemon]\n", "[daemon]\nstagger_s = 600\n")
+    cfg.write_text(text + f'[mirror]\nhost_name = "{host}"\n')
+    return cfg
+
+
+def test_a_staggered_host_lists_its_shifted_boundaries(files: tuple[Path, Path], tmp_path: Path) -> None:
+    _cfg, sched = files
+    out = {}
+    for host in ("gpu-a", "gpu-b"):
+        r = run(
+            staggered(tmp_path / host, sched, host), "--next", "2", "--from", "2026-12-04 12:00", "--json"
+        )
+        assert r.exit_code == 0, r.output
+        out[host] = json.loads(r.stdout)
+    a, b = out["gpu-a"], out["gpu-b"]
+    assert a["stagger"] == {"host_name": "gpu-a", "stagger_s": 600, "offset_s": 514}
+    assert b["stagger"] == {"host_name": "gpu-b", "stagger_s": 600, "offset_s": 123}
+    # Friday 20:00 Shanghai is 12:00 UTC: each host's boundary comes its offset later.
+    assert a["next"][0]["utc"] == "2026-12-04T12:08:34Z" and a["next"][0]["target"] == "llama"
+    assert b["next"][0]["utc"] == "2026-12-04T12:02:03Z"
+    assert a["in_effect"]["utc"] == "2026-12-04T00:08:34Z"  # since 08:00 CST + 514 s
+    text = run(staggered(tmp_path / "gpu-a", sched, "gpu-a"), "--next", "1", "--from", "2026-12-04 12:00")
+    assert (
+        "Staggered: every boundary 514 s later on this host (gpu-a; [daemon] stagger_s = 600)" in text.stdout
+    )
+    assert "Fri 2026-12-04 20:08:34 CST" in text.stdout and "2026-12-04 12:08:34 UTC" in text.stdout
