@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-_STAMP = re.compile(rb'"t":(\d+)')
+_STAMP = re.compile(rb'"i":(\d+),"t":(\d+)')
 
 
 class ConnError(Exception):
@@ -273,12 +273,12 @@ class Streams:
 async def _stream(port: int, req: bytes, chunks: int, start_in: float, out: Streams) -> None:
     await asyncio.sleep(start_in)
     seen = 0
-    done = False
+    done = disorder = False
     tail = bytearray()
     delays = out.delays_ns
 
     def on_data(piece: bytes, now: int) -> None:
-        nonlocal seen, done
+        nonlocal seen, done, disorder
         tail.extend(piece)
         cut = tail.rfind(b"\n\n")
         if cut < 0:
@@ -286,7 +286,9 @@ async def _stream(port: int, req: bytes, chunks: int, start_in: float, out: Stre
         events = bytes(tail[: cut + 2])
         del tail[: cut + 2]
         for m in _STAMP.finditer(events):
-            delays.append(now - int(m.group(1)))
+            delays.append(now - int(m.group(2)))
+            if int(m.group(1)) != seen:
+                disorder = True
             seen += 1
         if b"data: [DONE]" in events:
             done = True
@@ -301,10 +303,12 @@ async def _stream(port: int, req: bytes, chunks: int, start_in: float, out: Stre
         out.received += seen
         return
     out.received += seen
-    if r.status == 200 and seen == chunks and done:
+    if r.status == 200 and seen == chunks and done and not disorder:
         out.complete += 1
     else:
         why = f"HTTP {r.status}" if r.status != 200 else f"{seen} of {chunks} chunks"
+        if disorder:
+            why += ", out of order"
         out.failed += 1
         out.failures[why] = out.failures.get(why, 0) + 1
 

@@ -227,6 +227,10 @@ listen = ["127.0.0.1:{port}"]
 {frontdoor}
 """
 
+#: Another module's ``FrontDoor`` to measure in place of gpushift.frontdoor.core (e.g. a plain proxy
+#: for comparison; the module must be importable with the environment's PYTHONPATH).
+CORE_ENV = "GPUSHIFT_FDBENCH_CORE"
+
 BACKEND_CONF = """
 [backends.{name}]
 unit = "bench-{name}.service"
@@ -251,6 +255,8 @@ def frontdoor(ups: dict[str, Proc], active: str, extra: str = "") -> Iterator[Pr
         log = d / "frontdoor.log"
         argv = [sys.executable, str(BENCH / "frontdoor_runner.py"), "--config", str(conf)]
         argv += ["--control", str(control), "--active", active]
+        if os.environ.get(CORE_ENV):
+            argv += ["--core", os.environ[CORE_ENV]]
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with log.open("w") as f:
             proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import resource
 import signal
@@ -38,27 +39,33 @@ if str(ROOT) not in sys.path:
 
 from gpushift.config.reader import load  # noqa: E402
 
-try:
-    from gpushift.frontdoor.core import FrontDoor
-    from gpushift.frontdoor.view import DaemonView
-except ImportError as e:  # the front door is not in this checkout (yet)
-    raise SystemExit(f"frontdoor_runner: this checkout has no gpushift front door to measure ({e})") from None
+
+def core(name: str) -> tuple[Any, Any]:
+    """(FrontDoor, DaemonView) of the module ``name`` (``--core``; the product's by default)."""
+    try:
+        mod = importlib.import_module(name)
+        view = (
+            getattr(mod, "DaemonView", None) or importlib.import_module("gpushift.frontdoor.view").DaemonView
+        )
+        return mod.FrontDoor, view
+    except (ImportError, AttributeError) as e:  # the front door is not in this checkout (yet)
+        raise SystemExit(f"frontdoor_runner: no front door to measure in {name!r} ({e})") from None
 
 
-def view_of(config: Any, fields: dict[str, Any]) -> DaemonView:
+def view_of(view_cls: Any, config: Any, fields: dict[str, Any]) -> Any:
     """A DaemonView: the daemon connected, each backend's models from the config, then ``fields``."""
     models = {name: tuple(b.models or ()) for name, b in config.backends.items()}
     base: dict[str, Any] = {"connected": True, "phase": "idle", "mode": "schedule", "models": models}
     base.update(fields)
     if "models" in fields:
         base["models"] = {k: tuple(v) for k, v in fields["models"].items()}
-    return DaemonView(**base)
+    return view_cls(**base)
 
 
-async def command(fd: FrontDoor, config: Any, req: dict[str, Any]) -> Any:
+async def command(fd: Any, view_cls: Any, config: Any, req: dict[str, Any]) -> Any:
     op = req.get("op")
     if op == "update":
-        fd.update(view_of(config, req.get("view", {})))
+        fd.update(view_of(view_cls, config, req.get("view", {})))
         return None
     if op == "close":
         return await fd.close(req["backend"])
@@ -73,16 +80,17 @@ async def command(fd: FrontDoor, config: Any, req: dict[str, Any]) -> Any:
 
 
 async def main_async(args: argparse.Namespace) -> None:
+    front_door, view_cls = core(args.core)
     config = load(args.config)
-    fd = FrontDoor(config)
-    fd.update(view_of(config, {"active": args.active}))
+    fd = front_door(config)
+    fd.update(view_of(view_cls, config, {"active": args.active}))
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while line := await reader.readline():
                 t0 = time.monotonic()
                 try:
-                    result = await command(fd, config, json.loads(line))
+                    result = await command(fd, view_cls, config, json.loads(line))
                     answer: dict[str, Any] = {"result": result, "took_s": time.monotonic() - t0}
                 except Exception as e:  # noqa: BLE001 - the bench shows it
                     answer = {"error": f"{type(e).__name__}: {e}"}
@@ -112,6 +120,11 @@ def main() -> None:
     ap.add_argument("--config", required=True, help="the gpushift config file (with a [frontdoor] table)")
     ap.add_argument("--control", required=True, help="the control socket's path (a Unix socket)")
     ap.add_argument("--active", default="a", help="the backend the fixed view says is serving")
+    ap.add_argument(
+        "--core",
+        default="gpushift.frontdoor.core",
+        help="the module whose FrontDoor (and DaemonView) to serve (default: the product's)",
+    )
     args = ap.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # as LimitNOFILE= of the unit
