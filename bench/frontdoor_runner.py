@@ -5,7 +5,7 @@ Not a benchmark itself: bench/frontdoor_procs.py starts it as
 benchmarks measure the front door's own CPU and memory (/proc/PID of this process).  It builds
 ``gpushift.frontdoor.core.FrontDoor`` from the config file, gives it a fixed
 ``gpushift.frontdoor.view.DaemonView`` in place of the daemon link (connected, ``--active`` serving,
-each backend's models from the config), and calls ``serve()`` (it binds ``[frontdoor] listen``).
+each backend's models from the config), and calls ``serve(None)`` (it binds ``[frontdoor] listen``).
 
 In place of the daemon's D-Bus calls, a control socket (a Unix socket, one JSON line per command,
 one JSON line back) calls the core's public methods on the same event loop, as the daemon link would:
@@ -104,13 +104,13 @@ async def main_async(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    serving = asyncio.create_task(fd.serve(None))
+    serving = asyncio.create_task(fd.serve(None))  # returns once it accepts (or serves until stop)
     stopping = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    control.close()
     if serving in done:
-        serving.result()  # serve() ended by itself: show why
-        return
+        serving.result()  # a listen address that could not be bound: show why
+        await stopping
+    control.close()
     await fd.stop()
     serving.cancel()
 

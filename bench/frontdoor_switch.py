@@ -19,9 +19,10 @@ then the release, and every answer must be 200 from the new backend.  The baseli
 requests sent at once to the upstream directly, the time until the last is answered.
 
 Steady load: 16 clients in a closed loop (bench/frontdoor_client.py) through ``--switches`` switches
-(a → b, b → a, ...), ``--gap-seconds`` apart.  A request is held when it began during a switch and
-ended after it; its extra wait is its latency minus the median latency of the requests outside every
-switch (the baseline of the same run).
+(a → b, b → a, ...), ``--gap-seconds`` apart.  A request was held when it was still open as
+``release()`` returned (one in flight on the old backend has ended by then: the drain waits for it);
+its extra wait is its latency minus the median latency of the requests outside every switch (the
+baseline of the same run).
 
     .venv/bin/python bench/frontdoor_switch.py [--held 1000] [--switches 6] [--no-write]
     .venv/bin/python bench/frontdoor_switch.py --smoke      # 100 held, 2 short switches, nothing written
@@ -221,8 +222,10 @@ def analyse(st: Steady) -> dict[str, Any]:
     windows = [(s.t0, s.t1) for s in st.switches]
 
     def during(r: Record) -> Switch | None:
+        """The switch whose release a request waited for: it was open when release() returned (a
+        request in flight on the old backend had ended before: the drain waits for it)."""
         for s in st.switches:
-            if s.t0 <= r.start <= s.t1 and r.end > s.t1:
+            if r.start <= s.t1 < r.end:
                 return s
         return None
 
