@@ -37,6 +37,15 @@ class BenchError(SystemExit):
     """A benchmark cannot run here (what is missing, and how to get it)."""
 
 
+def cores() -> str:
+    """The machine line's addition: the CPUs this run may use (``nproc``: fewer than the host's when
+    it was started under ``taskset``, as on a bigger host standing in for a small one)."""
+    mine, host = len(os.sched_getaffinity(0)), os.cpu_count() or 0
+    return f"nproc {mine}" + (
+        f" (pinned with taskset to {mine} of the host's {host} CPUs)" if mine < host else ""
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -230,6 +239,8 @@ listen = ["127.0.0.1:{port}"]
 #: Another module's ``FrontDoor`` to measure in place of gpushift.frontdoor.core (e.g. a plain proxy
 #: for comparison; the module must be importable with the environment's PYTHONPATH).
 CORE_ENV = "GPUSHIFT_FDBENCH_CORE"
+#: A file for the front door's cProfile stats (CPU time; bench/frontdoor_runner.py --profile).
+PROFILE_ENV = "GPUSHIFT_FDBENCH_PROFILE"
 
 BACKEND_CONF = """
 [backends.{name}]
@@ -257,6 +268,8 @@ def frontdoor(ups: dict[str, Proc], active: str, extra: str = "") -> Iterator[Pr
         argv += ["--control", str(control), "--active", active]
         if os.environ.get(CORE_ENV):
             argv += ["--core", os.environ[CORE_ENV]]
+        if os.environ.get(PROFILE_ENV):
+            argv += ["--profile", os.environ[PROFILE_ENV]]
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with log.open("w") as f:
             proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)

@@ -17,14 +17,18 @@ one JSON line back) calls the core's public methods on the same event loop, as t
     {"op": "status"}                                      → FrontDoor.status()
 
 Each answer is ``{"result": ..., "took_s": x}`` or ``{"error": "..."}``.  SIGTERM stops it
-(``FrontDoor.stop()``).
+(``FrontDoor.stop()``).  Its log lines (the access lines too) are JSON lines on stdout, as the front
+door's command writes them off the journal.  ``--profile FILE``: cProfile over CPU time, the stats
+written to FILE at the end (what bench/frontdoor_procs.py passes for ``$GPUSHIFT_FDBENCH_PROFILE``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import importlib
+import importlib.util
 import json
 import resource
 import signal
@@ -79,9 +83,26 @@ async def command(fd: Any, view_cls: Any, config: Any, req: dict[str, Any]) -> A
     raise ValueError(f"unknown op {op!r}")
 
 
+def log_setup() -> None:
+    """Logging as the front door's own command sets it up off the journal: JSON lines on stdout
+    (here the runner's log file; under systemd the journal gets the same lines as entries)."""
+    try:
+        logs: Any = importlib.import_module("gpushift.host.logs")
+    except ImportError:  # before the front door's process had its own: the daemon's module, alone
+        # (importing it through its package would load the whole daemon into this process)
+        spec = importlib.util.spec_from_file_location(
+            "fdbench_logs", ROOT / "gpushift" / "daemon" / "logs.py"
+        )
+        assert spec is not None and spec.loader is not None
+        logs = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(logs)
+    logs.setup("info", stream=sys.stdout)
+
+
 async def main_async(args: argparse.Namespace) -> None:
     front_door, view_cls = core(args.core)
     config = load(args.config)
+    log_setup()
     fd = front_door(config)
     fd.update(view_of(view_cls, config, {"active": args.active}))
 
@@ -125,10 +146,23 @@ def main() -> None:
         default="gpushift.frontdoor.core",
         help="the module whose FrontDoor (and DaemonView) to serve (default: the product's)",
     )
+    ap.add_argument(
+        "--profile", metavar="FILE", help="profile with cProfile (CPU time) and write its stats here"
+    )
     args = ap.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # as LimitNOFILE= of the unit
-    asyncio.run(main_async(args))
+    if not args.profile:
+        asyncio.run(main_async(args))
+        return
+    # CPU time, not wall time: on a busy machine a process waits for a core in any frame
+    prof = cProfile.Profile(time.thread_time_ns, 1e-9)
+    prof.enable()
+    try:
+        asyncio.run(main_async(args))
+    finally:
+        prof.disable()
+        prof.dump_stats(args.profile)
 
 
 if __name__ == "__main__":

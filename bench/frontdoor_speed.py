@@ -157,7 +157,8 @@ def section(
             f"| {way} | **{med(runs, 'rps'):,.0f}** | {rel['direct']} | {rel['nginx']} | {med(runs, 'p50'):.3f} ms "
             f"| {med(runs, 'p99'):.3f} ms | {cpu} | {med(runs, 'gen_cpu'):.2f} |"
         )
-    spread = benchdoc.spread([r["rps"] for r in m[(args.clients, names[-1])]]) if args.rounds > 1 else ""
+    rates = [r["rps"] for r in m[(args.clients, names[-1])]]
+    spread = f"min {min(rates):,.0f}/s, max {max(rates):,.0f}/s (n={len(rates)})" if args.rounds > 1 else ""
     lines += [
         "",
         f"- Command: `.venv/bin/python bench/frontdoor_speed.py --rounds {args.rounds} --seconds {args.seconds:g} "
@@ -174,7 +175,7 @@ def section(
         "- Proxy CPU: `utime + stime` of /proc/PID/stat over the run (nginx: master and worker), in cores; "
         "the generator's own CPU likewise: below 1.0 it was not saturated.  All three processes and the "
         "generator share this machine's cores.",
-        f"- Machine: {benchdoc.machine(f'nproc {os.cpu_count()}')}; load average at the end {benchdoc.load_average()}.",
+        f"- Machine: {benchdoc.machine(fp.cores())}; load average at the end {benchdoc.load_average()}.",
         f"- Measured {benchdoc.stamp()}.",
     ]
     return "\n".join(lines) + "\n"

@@ -149,7 +149,7 @@ def section(args: argparse.Namespace, m: dict[Any, list[dict[str, Any]]], names:
         "- Proxy CPU: `utime + stime` of /proc/PID/stat over the run (nginx: master and worker), in cores, and "
         "divided by the chunks delivered per second / 1,000.  The upstream, the proxy and this client share this "
         "machine's cores: the direct delays are the floor the client and the upstream leave.",
-        f"- Machine: {benchdoc.machine(f'nproc {os.cpu_count()}')}; load average at the end {benchdoc.load_average()}.",
+        f"- Machine: {benchdoc.machine(fp.cores())}; load average at the end {benchdoc.load_average()}.",
         f"- Measured {benchdoc.stamp()}.",
     ]
     return "\n".join(lines) + "\n"

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -309,7 +308,7 @@ def section(args: argparse.Namespace, h: dict[str, Any], a: dict[str, Any]) -> s
         "- The switch is simulated in the front door's own process (bench/frontdoor_runner.py's control socket "
         "calls `update`, `close`, `in_flight`, `release` as the daemon link would); both upstream backends stay "
         "up, and `--switch-seconds` stands for the old backend's stop and the new one's start.",
-        f"- Machine: {benchdoc.machine(f'nproc {os.cpu_count()}')}; load average at the end {benchdoc.load_average()}.",
+        f"- Machine: {benchdoc.machine(fp.cores())}; load average at the end {benchdoc.load_average()}.",
         f"- Measured {benchdoc.stamp()}.",
     ]
     return "\n".join(lines) + "\n"
