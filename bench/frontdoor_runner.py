@@ -99,8 +99,7 @@ def log_setup() -> None:
     logs.setup("info", stream=sys.stdout)
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    front_door, view_cls = core(args.core)
+async def main_async(args: argparse.Namespace, front_door: Any, view_cls: Any) -> None:
     config = load(args.config)
     log_setup()
     fd = front_door(config)
@@ -152,14 +151,15 @@ def main() -> None:
     args = ap.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # as LimitNOFILE= of the unit
+    front_door, view_cls = core(args.core)  # imported before the loop starts (a module may set its policy)
     if not args.profile:
-        asyncio.run(main_async(args))
+        asyncio.run(main_async(args, front_door, view_cls))
         return
     # CPU time, not wall time: on a busy machine a process waits for a core in any frame
     prof = cProfile.Profile(time.thread_time_ns, 1e-9)
     prof.enable()
     try:
-        asyncio.run(main_async(args))
+        asyncio.run(main_async(args, front_door, view_cls))
     finally:
         prof.disable()
         prof.dump_stats(args.profile)
