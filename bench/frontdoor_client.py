@@ -216,10 +216,20 @@ class Load:
 
 
 async def _client(
-    port: int, req: bytes, deadline: float, out: Load, check: Callable[[Response], str | None] | None
+    port: int,
+    req: bytes,
+    deadline: float,
+    out: Load,
+    check: Callable[[Response], str | None] | None,
+    interval_s: float = 0.0,
+    phase_s: float = 0.0,
 ) -> None:
     conn: Conn | None = None
+    due = time.monotonic() + phase_s
     while time.monotonic() < deadline:
+        if interval_s:
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            due += interval_s
         try:
             if conn is None or conn.closed:
                 conn = await Conn.open("127.0.0.1", port)
@@ -247,12 +257,22 @@ async def closed_loop(
     clients: int,
     duration_s: float,
     check: Callable[[Response], str | None] | None = None,
+    rate_per_client: float = 0.0,
 ) -> Load:
     """``clients`` connections, each sending ``req`` again as soon as its answer is complete, for
-    ``duration_s``: the latency of each request and the rate."""
+    ``duration_s``: the latency of each request and the rate.  With ``rate_per_client``, paced
+    instead: each client sends every 1/rate s (its first at a random phase), or as soon as its
+    previous answer came when that was later (one request at a time per connection)."""
     out = Load()
     t0 = time.monotonic()
-    await asyncio.gather(*(_client(port, req, t0 + duration_s, out, check) for _ in range(clients)))
+    interval = 1.0 / rate_per_client if rate_per_client else 0.0
+    rnd = random.Random(16)
+    await asyncio.gather(
+        *(
+            _client(port, req, t0 + duration_s, out, check, interval, rnd.uniform(0, interval))
+            for _ in range(clients)
+        )
+    )
     out.elapsed_s = time.monotonic() - t0
     return out
 
