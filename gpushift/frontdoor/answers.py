@@ -216,6 +216,11 @@ def bad_request(message: str, code: str, param: str | None = None) -> Answer:
     return Answer(400, message, code, INVALID_REQUEST, param)
 
 
+def bad_http(status: int, why: str) -> Answer:
+    """A request that is not HTTP the front door can read (a head too large, TLS on the plain port)."""
+    return Answer(status, f"the request could not be read: {why}", "bad_request", INVALID_REQUEST)
+
+
 def not_a_string(value: Any) -> Answer:
     return bad_request(
         f"'model' must be a string, got {type(value).__name__} {shown(value)}", "invalid_model", "model"

@@ -17,6 +17,7 @@ that closes the connection to the backend: the backend sees its client gone and 
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from typing import Any
 
@@ -42,6 +43,10 @@ REFUSED_METHODS = frozenset({"CONNECT", "TRACE"})
 
 #: Read from the client in pieces of at most this many bytes.
 READ_CHUNK = 64 * 1024
+
+#: An answer with a Content-Length up to this is read whole and sent with its head in one write;
+#: anything else (a stream, server-sent events) passes chunk by chunk as it comes.
+WHOLE_MAX = 64 * 1024
 
 #: The status an access line shows for a client that went away before its answer (nginx's 499).
 CLIENT_GONE = 499
@@ -255,9 +260,21 @@ async def _relay(
     fd: DoorState, backend: Backend, request: web.BaseRequest, up: aiohttp.ClientResponse
 ) -> web.StreamResponse:
     pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in up.raw_headers]
-    resp = web.StreamResponse(
-        status=up.status, reason=up.reason, headers=CIMultiDict(wire.response_headers(pairs))
-    )
+    headers = CIMultiDict(wire.response_headers(pairs))
+    length = up.content_length
+    if (
+        length is not None
+        and length <= WHOLE_MAX
+        and request.method != "HEAD"
+        and up.status not in (204, 304)
+    ):
+        try:  # a small answer of known length: sent in one piece with its head
+            body = await up.content.readexactly(length)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+            fd.observer.upstream_errors.labels(backend.name, _reason(e)).inc()
+            return error_response(answers.upstream_failed(backend.name, _reason(e)))
+        return web.Response(status=up.status, reason=up.reason, body=body, headers=headers)
+    resp = web.StreamResponse(status=up.status, reason=up.reason, headers=headers)
     await resp.prepare(request)
     while True:
         try:
@@ -282,8 +299,10 @@ def _abort(request: web.BaseRequest) -> None:
 def _reason(e: BaseException) -> str:
     if isinstance(e, asyncio.TimeoutError):
         return "timeout"
-    if isinstance(e, aiohttp.ClientConnectorError):
-        return "connect: " + (e.os_error.strerror or type(e.os_error).__name__)
+    if isinstance(e, aiohttp.ClientConnectorError):  # a label value: the errno's name, never an address
+        code = e.os_error.errno
+        name = errno.errorcode.get(code) if code is not None else None
+        return f"connect: {name or type(e.os_error).__name__}"
     if isinstance(e, aiohttp.ServerDisconnectedError):
         return "disconnected"
     return type(e).__name__

@@ -39,6 +39,12 @@ BACKLOG = 1024
 #: How long stop() lets the requests in flight finish before it ends their connections.
 SHUTDOWN_S = 5.0
 
+#: After an answer to a request whose body was not read (a 413, a 408), unread bytes are read and
+#: dropped for at most this long before the connection closes, so that the close does not reset
+#: the connection under the client before it read the answer (aiohttp's lingering close; its
+#: default of 10 s would keep a hostile client's connection open that long).
+LINGER_S = 2.0
+
 #: After accept() failed (out of file descriptors, ...), wait this long before the next try.
 ACCEPT_PAUSE_S = 0.1
 
@@ -117,6 +123,25 @@ class FrontProtocol(RequestHandler):
     def request_done(self) -> None:
         self._busy = False
 
+    def handle_error(
+        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        """A request aiohttp could not parse (or a handler's bug): an OpenAI-format error, a log line
+        without a traceback for a client's mistake, and the connection closed after it."""
+        if request.writer.output_size > 0:
+            raise ConnectionError("the answer was started already: the connection is ended instead")
+        text = message or (str(exc) if exc is not None else "") or "bad request"
+        if status >= 500:
+            log.error("frontdoor_http_error", status=status, error=repr(exc))
+            a = answers.internal(type(exc).__name__ if exc is not None else "unknown")
+        else:
+            log.info("frontdoor_bad_http", status=status, error=text[:200])
+            a = answers.bad_http(status, text[:200])
+        self._network.fd.observer.done("-", "-", a.status, "", None, 0.0, 0.0)
+        resp = web.Response(status=a.status, body=a.body_bytes(), headers=dict(a.headers()))
+        resp.force_close()
+        return resp
+
     def _arm(self) -> None:
         limit = self._network.fd.settings.header_timeout_s
         self._head_timer = self._loop.call_later(limit, self._head_late, self._heads)
@@ -155,6 +180,7 @@ class Network:
             keepalive_timeout=s.idle_timeout_s,
             auto_decompress=False,
             access_log=None,
+            lingering_time=LINGER_S,
         )
         self._slots = asyncio.Semaphore(s.max_connections)
         self._sockets: list[socket.socket] = []
@@ -239,5 +265,6 @@ class Network:
             sock.close()
         if self._metrics is not None:
             self._metrics.close()
+        self.server.pre_shutdown()  # idle keep-alive connections close now, busy ones after their answer
         await self.server.shutdown(SHUTDOWN_S)
         await self.upstream.close()

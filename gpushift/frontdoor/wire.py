@@ -86,6 +86,8 @@ def path_problem(raw_path: str) -> str | None:
     low = raw_path.lower()
     if any(e in low for e in _ENCODED_SEPARATORS) or "\\" in raw_path:
         return "an encoded '.', '/' or '\\' in the path is not forwarded"
+    if any(seg in (".", "..") for seg in raw_path.split("?", 1)[0].split("/")):
+        return "a '.' or '..' segment in the path is not forwarded"
     return None
 
 

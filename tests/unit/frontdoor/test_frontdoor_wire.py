@@ -77,6 +77,12 @@ def test_response_headers_drop_hop_by_hop_keep_length_and_type() -> None:
         ("/v1/a%5cb", False),
         ("/v1\\..\\slots", False),
         ("/v1/caf%C3%A9", True),
+        ("/v1/../slow", False),
+        ("/v1/./models", False),
+        ("/v1/a/../../slots", False),
+        ("/v1/..", False),
+        ("/v1/a..b/c.d", True),
+        ("/v1/x?next=../y", True),
     ],
 )
 def test_path_problem(raw: str, ok: bool) -> None:
