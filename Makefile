@@ -111,7 +111,7 @@ demo-stop:
 	$(PY) -m tests.support.demo stop
 
 # Benchmarks (results in docs/benchmarks.md; each script also runs alone, its docstring says how).
-# bench: every one that runs here (about 15 minutes); bench-smoke: each for one short round, nothing
+# bench: every one that runs here (about 20 minutes); bench-smoke: each for one short round, nothing
 # written; bench-gpu: the GPU one, on a GPU host (system Python with torch and nvidia-ml-py).
 bench: venv
 	$(PY) bench/ledger_list.py
