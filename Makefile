@@ -28,7 +28,10 @@ APT_PACKAGES_TEST := postgresql
 # Installed without their recommended packages: prometheus (with promtool) for the metrics tests,
 # which start a private Prometheus of their own (not node_exporter, which it recommends).  On a host
 # booted with systemd the package also enables its own prometheus.service; the tests never use it.
-APT_PACKAGES_NO_RECOMMENDS := prometheus
+# nginx: the reference the front door's benchmarks measure beside it (tests/integration/
+# test_bench_scripts.py runs them in their smoke mode); each run starts its own nginx with its own
+# config and prefix on a loopback port, never the nginx.service the package may enable on such a host.
+APT_PACKAGES_NO_RECOMMENDS := prometheus nginx
 
 .PHONY: all deps venv lint test test-unit test-pythons test-contract test-integration test-real \
 	test-gpu soak demo demo-stop build man completions install uninstall clean bench bench-smoke bench-gpu
@@ -112,7 +115,7 @@ demo-stop:
 	$(PY) -m tests.support.demo stop
 
 # Benchmarks (results in docs/benchmarks.md; each script also runs alone, its docstring says how).
-# bench: every one that runs here (about 6 minutes); bench-smoke: each for one short round, nothing
+# bench: every one that runs here (about 20 minutes); bench-smoke: each for one short round, nothing
 # written; bench-gpu: the GPU one, on a GPU host (system Python with torch and nvidia-ml-py).
 bench: venv
 	$(PY) bench/ledger_list.py
@@ -122,6 +125,9 @@ bench: venv
 	$(PY) bench/footprint.py
 	$(PY) bench/prewarm.py
 	$(PY) bench/fleet_ledger.py
+	$(PY) bench/frontdoor_speed.py
+	$(PY) bench/frontdoor_stream.py
+	$(PY) bench/frontdoor_switch.py
 
 bench-smoke: venv
 	$(PY) bench/ledger_list.py --smoke
@@ -131,6 +137,9 @@ bench-smoke: venv
 	$(PY) bench/prewarm.py --smoke
 	$(PY) bench/footprint.py --smoke
 	$(PY) bench/fleet_ledger.py --smoke
+	$(PY) bench/frontdoor_speed.py --smoke
+	$(PY) bench/frontdoor_stream.py --smoke
+	$(PY) bench/frontdoor_switch.py --smoke
 
 bench-gpu:
 	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gate_latency.py
