@@ -198,6 +198,11 @@ async def read_body(settings: FrontDoorConfig, request: web.BaseRequest) -> byte
     length = request.content_length
     if length is not None and length > limit:
         return answers.too_large(limit)
+    if not request.body_exists:
+        return b""
+    if length is not None and request.content.is_eof():
+        # The whole body came with the head (the usual small request): no deadline task to run.
+        return await request.content.read()
     if request.headers.get("Expect", "").lower() == "100-continue" and request.version >= (1, 1):
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     try:
