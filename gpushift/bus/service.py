@@ -82,17 +82,20 @@ def _property(name: str) -> Any:
 
 
 def _handler(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The D-Bus method edge: expected errors get dotted names; a bug is logged and named Failed."""
+    """The D-Bus method edge: expected errors get dotted names; a bug is logged and named Failed.
+    Every call handled stamps ``last_call`` (the watchdog's sign that the loop makes progress)."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: SwitcherService, *args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            return fn(self, *args, **kwargs)
         except GpushiftError as e:
             raise dbus_errors.as_dbus_error(e) from None
         except Exception as e:
             logging.getLogger("gpushift").exception("dbus_handler_crashed")
             raise dbus_errors.internal_error(e) from None
+        finally:
+            self.last_call = time.monotonic()
 
     return wrapper
 
@@ -119,7 +122,9 @@ class SwitcherService:
         self.allowed_group = allowed_group
         self._values: dict[str, Any] = dict(PROPERTY_DEFAULTS)
         self._failing = False
-        self._status: tuple[float, str] | None = None  # (monotonic time computed, the JSON) for GetStatus
+        # (monotonic time computed, the JSON, the reply's body as a GVariant or None) for GetStatus
+        self._status: tuple[float, str, Any] | None = None
+        self.last_call = 0.0  # monotonic time the last call was handled (for the watchdog)
         if backend is not None:  # the values before anything is announced: then only changes go out
             self._compute()
 
@@ -152,6 +157,7 @@ class SwitcherService:
 
     def read_property(self, name: str) -> Any:
         self.announce()
+        self.last_call = time.monotonic()
         return self._values[name]
 
     # -- caller identity (read from the bus, never from the message)
@@ -192,18 +198,46 @@ class SwitcherService:
 
     @_handler
     def GetStatus(self) -> str:
-        """The status document, computed at most once per :data:`STATUS_REUSE_S` and again after
-        anything that can change it went through this service (an announcement — after each
-        Progress, after the sample that follows Finished, on the one-second timer — or a changing
-        method): any user may call it, and 45,000 pipelined calls computed one by one held the loop
-        long enough for the watchdog to restart the daemon."""
+        """The status document (pydbus's path; :func:`publish` answers through :meth:`answer_status`)."""
+        return self._status_reply()[0]
+
+    def _status_reply(self) -> tuple[str, Any]:
+        """(the JSON, the reply body or None), computed at most once per :data:`STATUS_REUSE_S` and
+        again after anything that can change it went through this service (an announcement — after
+        each Progress, after the sample that follows Finished, on the one-second timer — or a
+        changing method): any user may call GetStatus, and 45,000 pipelined calls computed one by
+        one held the loop long enough for the watchdog to restart the daemon."""
         now = time.monotonic()
         cached = self._status
         if cached is not None and now - cached[0] < STATUS_REUSE_S:
-            return cached[1]
+            return cached[1], cached[2]
         text = self._backend.status_json()
-        self._status = (time.monotonic(), text)
-        return text
+        self._status = (time.monotonic(), text, None)
+        return text, None
+
+    def answer_status(self, invocation: Any) -> None:
+        """GetStatus answered on the loop from the cached document, its reply body made once per
+        document: no argument inspection, no new GVariant, no exception machinery per call — a
+        flood of calls costs the loop about half of what pydbus's generic path did
+        (docs/benchmarks.md, ``status_flood``)."""
+        try:
+            text, body = self._status_reply()
+            if body is None:
+                from gi.repository import GLib
+
+                body = GLib.Variant.new_tuple(GLib.Variant.new_string(text))
+                cached = self._status
+                if cached is not None and cached[1] is text:
+                    self._status = (cached[0], text, body)
+        except GpushiftError as e:
+            invocation.return_dbus_error(e.dbus_name(), str(e))
+        except Exception as e:
+            logging.getLogger("gpushift").exception("dbus_handler_crashed")
+            invocation.return_dbus_error(GpushiftError.dbus_name(), f"internal error: {e!r}")
+        else:
+            invocation.return_value(body)
+        finally:
+            self.last_call = time.monotonic()
 
     # A switch's arguments are checked (dbus_args.check, with gpushift.config.validate's rules) after the
     # caller and before anything changes: a refusal is org.gpushift.Error.InvalidArgument naming
@@ -261,11 +295,37 @@ def _user_name(uid: int) -> str:
 
 
 def publish(bus: Any, service: SwitcherService) -> Any:
-    """Export the object and own the bus name.
+    """Export the object and own the bus name; returns what ``unpublish()`` takes back.
 
     No replacement either way: a second daemon must fail to start rather than steal the name
     (pydbus's default would let it).  Raises RuntimeError when the name is taken.
-    """
-    from pydbus.publication import Publication
 
-    return Publication(bus, BUS_NAME, (OBJECT_PATH, service), allow_replacement=False, replace=False)
+    pydbus's own object wrapper serves every member (signals, properties, methods) except
+    ``GetStatus``, which :meth:`SwitcherService.answer_status` answers straight from the cached
+    reply: the call any user may flood.
+    """
+    from gi.repository import Gio
+    from pydbus.exitable import ExitableWithAliases
+    from pydbus.registration import ObjectRegistration, ObjectWrapper
+
+    class _Wrapper(ObjectWrapper):  # type: ignore[misc]
+        def call_method(self, con: Any, sender: str, path: str, iface: str, member: str, *rest: Any) -> None:
+            if member == "GetStatus" and iface == INTERFACE:
+                service.answer_status(rest[-1])  # rest: the parameters, the invocation
+            else:
+                super().call_method(con, sender, path, iface, member, *rest)
+
+    class _Publication(ExitableWithAliases("unpublish")):  # type: ignore[misc]
+        def __init__(self) -> None:
+            interfaces = Gio.DBusNodeInfo.new_for_xml(type(service).dbus).interfaces
+            wrapper = _Wrapper(service, interfaces)
+            reg = ObjectRegistration(bus, OBJECT_PATH, interfaces, wrapper, own_wrapper=True)
+            self._at_exit(reg.__exit__)
+            try:  # the name only after the object is registered (as pydbus's Publication)
+                owner = bus.request_name(BUS_NAME, allow_replacement=False, replace=False)
+            except BaseException:
+                self.__exit__()  # a name taken: nothing stays registered
+                raise
+            self._at_exit(owner.__exit__)
+
+    return _Publication()
