@@ -17,6 +17,7 @@ the failure is logged once, and methods still answer.
 
 from __future__ import annotations
 
+import collections
 import functools
 import grp
 import logging
@@ -65,6 +66,14 @@ class Backend(Protocol):
 #: flood of calls then costs the loop a reply each, not a status each.  Shorter than a CLI's start,
 #: so a `gpushift status` run after `gpushift switch` exited never gets a document from before.
 STATUS_REUSE_S = 0.05
+
+#: The methods that need to know who calls (authorize): :func:`publish` asks the bus for the caller's
+#: credentials without blocking the loop before it runs them.
+NEEDS_CALLER = frozenset({"Switch", "SwitchWithOptions", "SwitchTo", "Cancel", "Resume", "Reload"})
+#: How many callers' credentials are remembered (a unique bus name is never given out again).
+CREDENTIALS_KEPT = 256
+#: The most the bus may take to say who a caller is (ms; GDBus's own default).
+CREDENTIALS_TIMEOUT_MS = 25_000
 
 #: The properties and the values they have before anything was computed (the XML documents them).
 PROPERTY_DEFAULTS: dict[str, Any] = {
@@ -125,6 +134,7 @@ class SwitcherService:
         # (monotonic time computed, the JSON, the reply's body as a GVariant or None) for GetStatus
         self._status: tuple[float, str, Any] | None = None
         self.last_call = 0.0  # monotonic time the last call was handled (for the watchdog)
+        self._credentials: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
         if backend is not None:  # the values before anything is announced: then only changes go out
             self._compute()
 
@@ -166,13 +176,54 @@ class SwitcherService:
         sender = dbus_context.sender if dbus_context is not None else None
         if not sender:
             return Caller(uid=os.getuid(), user=_user_name(os.getuid())), []
-        creds = self._bus.dbus.GetConnectionCredentials(sender)
+        creds = self._credentials.get(sender)
+        if creds is None:  # not asked ahead (a publication other than publish()'s): ask now
+            creds = self._remember(sender, self._bus.dbus.GetConnectionCredentials(sender))
         uid = int(creds.get("UnixUserID", -1))
         # dbus-daemon before UnixGroupIDs existed (older distributions): the user's groups from
         # the user database instead.
         gids = [int(g) for g in creds["UnixGroupIDs"]] if "UnixGroupIDs" in creds else _groups_of(uid)
         pid = creds.get("ProcessID")
         return Caller(uid=uid, user=_user_name(uid), pid=int(pid) if pid is not None else None), gids
+
+    def _remember(self, sender: str, creds: dict[str, Any]) -> dict[str, Any]:
+        self._credentials[sender] = creds
+        while len(self._credentials) > CREDENTIALS_KEPT:
+            self._credentials.popitem(last=False)
+        return creds
+
+    def ask_credentials(self, sender: str, then: Callable[[], None], fail: Callable[[str, str], None]) -> None:
+        """Learn who ``sender`` is without blocking the loop (GetConnectionCredentials, answered to
+        the loop like a call), then run ``then()``; ``fail(name, message)`` when the bus cannot say
+        (the caller left).  A loop that waited for the bus here waited as long as a flood of calls
+        made the bus slow, and answered nothing else meanwhile."""
+        if sender in self._credentials:
+            then()
+            return
+        from gi.repository import Gio, GLib
+
+        def done(con: Any, result: Any, *_: Any) -> None:
+            try:
+                creds = con.call_finish(result).unpack()[0]
+            except GLib.Error as e:
+                name, msg = dbus_errors.split_remote(e)
+                fail(name or GpushiftError.dbus_name(), f"cannot tell who is calling: {msg}")
+                return
+            self._remember(sender, dict(creds))
+            then()
+
+        self._bus.con.call(
+            "org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "GetConnectionCredentials",
+            GLib.Variant("(s)", (sender,)),
+            GLib.VariantType.new("(a{sv})"),
+            Gio.DBusCallFlags.NONE,
+            CREDENTIALS_TIMEOUT_MS,
+            None,
+            done,
+        )
 
     def authorize(self, dbus_context: Any) -> Caller:
         """Root, the daemon's own user, and members of ``allowed_group`` may change what runs.
@@ -302,7 +353,8 @@ def publish(bus: Any, service: SwitcherService) -> Any:
 
     pydbus's own object wrapper serves every member (signals, properties, methods) except
     ``GetStatus``, which :meth:`SwitcherService.answer_status` answers straight from the cached
-    reply: the call any user may flood.
+    reply: the call any user may flood.  The methods that authorize their caller run once the bus
+    has said who it is (:meth:`SwitcherService.ask_credentials`), never waiting for it on the loop.
     """
     from gi.repository import Gio
     from pydbus.exitable import ExitableWithAliases
@@ -310,10 +362,17 @@ def publish(bus: Any, service: SwitcherService) -> Any:
 
     class _Wrapper(ObjectWrapper):  # type: ignore[misc]
         def call_method(self, con: Any, sender: str, path: str, iface: str, member: str, *rest: Any) -> None:
-            if member == "GetStatus" and iface == INTERFACE:
-                service.answer_status(rest[-1])  # rest: the parameters, the invocation
-            else:
+            invocation = rest[-1]  # rest: the parameters, the invocation
+            if iface != INTERFACE or member not in NEEDS_CALLER | {"GetStatus"}:
                 super().call_method(con, sender, path, iface, member, *rest)
+            elif member == "GetStatus":
+                service.answer_status(invocation)
+            else:
+                service.ask_credentials(
+                    sender,
+                    lambda: ObjectWrapper.call_method(self, con, sender, path, iface, member, *rest),
+                    invocation.return_dbus_error,
+                )
 
     class _Publication(ExitableWithAliases("unpublish")):  # type: ignore[misc]
         def __init__(self) -> None:

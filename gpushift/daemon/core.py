@@ -410,12 +410,15 @@ class Daemon:
         if not interval_s:
             return None
         from gpushift.daemon.watchdog import Watchdog, worker_silence
+        from gpushift.host.dbus import waiting_until
 
+        loop_thread = threading.get_ident()  # run() runs the loop on this thread
         return Watchdog(
             self.notify.watchdog,
             interval_s,
             progress=lambda: self._service.last_call if self._service is not None else 0.0,
             problem=lambda: worker_silence(self.switcher, self.config),
+            waiting=lambda: waiting_until(loop_thread),
             log=self.log,
         )
 

@@ -11,7 +11,10 @@ half of ``WatchdogSec=``), as long as
 * the loop shows progress: :meth:`Watchdog.loop_turn` runs on the loop every
   :data:`TURN_S` (a GLib timeout), and the bus service stamps ``last_call`` for every call it has
   handled (:class:`gpushift.bus.service.SwitcherService`), so a loop answering a flood counts as
-  alive; the newest of those stamps must be at most :attr:`stale_after_s` old (one interval); and
+  alive; the newest of those stamps must be at most :attr:`stale_after_s` old (one interval) —
+  or the loop is blocked in one synchronous D-Bus call of the systemd adapter
+  (:func:`gpushift.host.dbus.waiting`) whose own timeout, plus :data:`BUS_MARGIN_S`, has not
+  passed: a bus slowed down by a flood answers late, and a restart would not make it sooner; and
 * the switch worker, while a switch runs, is alive and reported within the longest job it may wait
   on, plus a minute (:func:`worker_silence`; as before).
 
@@ -33,6 +36,8 @@ from typing import Any
 TURN_S = 1.0
 #: While the pings are withheld, the reason is logged again at most this often (seconds).
 LOG_EVERY_S = 60.0
+#: How long past a D-Bus call's own timeout a loop blocked in it still counts as alive (seconds).
+BUS_MARGIN_S = 5.0
 
 
 def worker_silence(switcher: Any, config: Any) -> str | None:
@@ -58,7 +63,8 @@ class Watchdog:
     """Sends ``WATCHDOG=1`` from a thread while the loop shows progress and nothing else is wrong.
 
     ``progress()`` gives the monotonic time of the newest sign of life besides the loop's own turn
-    (the bus service's ``last_call``); ``problem()`` a reason to withhold the ping, or None.
+    (the bus service's ``last_call``); ``problem()`` a reason to withhold the ping, or None;
+    ``waiting()`` the deadline of the D-Bus call the loop is blocked in, or None.
     """
 
     def __init__(
@@ -68,6 +74,7 @@ class Watchdog:
         *,
         progress: Callable[[], float] = lambda: 0.0,
         problem: Callable[[], str | None] = lambda: None,
+        waiting: Callable[[], float | None] = lambda: None,
         log: Any = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -76,6 +83,7 @@ class Watchdog:
         self.stale_after_s = interval_s
         self._progress = progress
         self._problem = problem
+        self._waiting = waiting
         self._log = log
         self._clock = clock
         self.turn = clock()  # the loop's last turn (stamped by loop_turn)
@@ -103,9 +111,12 @@ class Watchdog:
             newest = self.turn
             if self._log is not None:
                 self._log.error("watchdog_progress_failed", error=repr(e))
-        age = self._clock() - newest
+        now = self._clock()
+        age = now - newest
         if age > self.stale_after_s:
-            return f"main loop silent for {age:.1f}s"
+            deadline = self._waiting()
+            if deadline is None or now > deadline + BUS_MARGIN_S:
+                return f"main loop silent for {age:.1f}s"
         try:
             return self._problem()
         except Exception as e:

@@ -297,9 +297,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         flood.run(args.duration, report)
+        final = flood.progress(done=True, seconds=round(time.monotonic() - started, 1))  # open: before closing
     finally:
         flood.close()
-    print(json.dumps(flood.progress(done=True, seconds=round(time.monotonic() - started, 1))), flush=True)
+    print(json.dumps(final), flush=True)
     return 0
 
 
