@@ -108,7 +108,7 @@ demo-stop:
 	$(PY) -m tests.support.demo stop
 
 # Benchmarks (results in docs/benchmarks.md; each script also runs alone, its docstring says how).
-# bench: every one that runs here (about 6 minutes); bench-smoke: each for one short round, nothing
+# bench: every one that runs here (about 10 minutes); bench-smoke: each for one short round, nothing
 # written; bench-gpu: the GPU one, on a GPU host (system Python with torch and nvidia-ml-py).
 bench: venv
 	$(PY) bench/ledger_list.py
@@ -117,6 +117,7 @@ bench: venv
 	$(PY) bench/status.py --cold
 	$(PY) bench/footprint.py
 	$(PY) bench/prewarm.py
+	$(PY) bench/status_flood.py
 
 bench-smoke: venv
 	$(PY) bench/ledger_list.py --smoke
@@ -125,6 +126,7 @@ bench-smoke: venv
 	$(PY) bench/status.py --smoke --cold
 	$(PY) bench/prewarm.py --smoke
 	$(PY) bench/footprint.py --smoke
+	$(PY) bench/status_flood.py --smoke
 
 bench-gpu:
 	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gate_latency.py

@@ -174,7 +174,9 @@ def daemon_starts(tmp: Path, starts: int) -> dict[str, tuple[list[float], list[f
 
 def print_starts(times: dict[str, tuple[list[float], list[float]]], starts: int) -> None:
     base = statistics.median(times["no schedule (baseline)"][1])
-    print(f"\ndaemon start, median of {starts} starts (s): systemctl start returned | first GetStatus answered")
+    print(
+        f"\ndaemon start, median of {starts} starts (s): systemctl start returned | first GetStatus answered"
+    )
     for name, (ready, answered) in times.items():
         med = statistics.median(answered)
         print(

@@ -87,7 +87,9 @@ def one_flood(env: BenchEnv, connections: int, member: str, seconds: float) -> d
            "--window", str(WINDOW), "--duration", str(seconds), "--member", member]  # fmt: skip
     flooder = subprocess.Popen(cmd, cwd=ROOT, env=env.sb.env, stdout=subprocess.PIPE, text=True)
     assert flooder.stdout is not None
-    reader = threading.Thread(target=lambda: [lines.append(json.loads(x)) for x in flooder.stdout], daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(
+        target=lambda: [lines.append(json.loads(x)) for x in flooder.stdout], daemon=True
+    )  # type: ignore[union-attr]
     reader.start()
     while not lines and flooder.poll() is None:  # its connections are open
         time.sleep(0.05)
@@ -116,7 +118,9 @@ def one_flood(env: BenchEnv, connections: int, member: str, seconds: float) -> d
     }
 
 
-def measure_product(label: str, product: str | None, shapes: list[int], args: argparse.Namespace) -> dict[tuple[str, int, str], dict[str, Any]]:
+def measure_product(
+    label: str, product: str | None, shapes: list[int], args: argparse.Namespace
+) -> dict[tuple[str, int, str], dict[str, Any]]:
     """One round on a fresh daemon of ``product`` (a checkout's path; None: this one)."""
     if product:
         os.environ["GPUSHIFT_TEST_PRODUCT_PATH"] = product
@@ -141,7 +145,9 @@ def measure_product(label: str, product: str | None, shapes: list[int], args: ar
     return out
 
 
-def table(runs: list[dict[tuple[str, int, str], dict[str, Any]]], labels: list[str], shapes: list[int]) -> str:
+def table(
+    runs: list[dict[tuple[str, int, str], dict[str, Any]]], labels: list[str], shapes: list[int]
+) -> str:
     rows = [
         "| daemon | flood | calls answered/s | daemon CPU per call | status from another connection: median | worst | daemon restarted |",
         "|---|---|---|---|---|---|---|",
@@ -152,7 +158,9 @@ def table(runs: list[dict[tuple[str, int, str], dict[str, Any]]], labels: list[s
                 rs = [r[(label, n, member)] for r in runs if (label, n, member) in r]
                 if not rs:
                     continue
-                what = f"{n} × {WINDOW} `{member}`" + (" (reference: GDBus answers in C)" if member == "Ping" else "")
+                what = f"{n} × {WINDOW} `{member}`" + (
+                    " (reference: GDBus answers in C)" if member == "Ping" else ""
+                )
                 med = benchdoc.median
                 rows.append(
                     f"| {label} | {what} | {med([r['answered_per_s'] for r in rs]):.0f} | "
@@ -167,7 +175,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="rounds (each: every product, shape and call once)")
     ap.add_argument("--seconds", type=float, default=15.0, help="length of one flood")
-    ap.add_argument("--connections", type=int, nargs="+", default=[8, 200], help="flood shapes: connections × 128")
+    ap.add_argument(
+        "--connections", type=int, nargs="+", default=[8, 200], help="flood shapes: connections × 128"
+    )
     ap.add_argument("--before", help="a checkout of the code before (its gpushift/ is run as the daemon)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     ap.add_argument("--smoke", action="store_true", help="one round of 4 s on 4 connections, nothing written")

@@ -192,7 +192,9 @@ class SwitcherService:
             self._credentials.popitem(last=False)
         return creds
 
-    def ask_credentials(self, sender: str, then: Callable[[], None], fail: Callable[[str, str], None]) -> None:
+    def ask_credentials(
+        self, sender: str, then: Callable[[], None], fail: Callable[[str, str], None]
+    ) -> None:
         """Learn who ``sender`` is without blocking the loop (GetConnectionCredentials, answered to
         the loop like a call), then run ``then()``; ``fail(name, message)`` when the bus cannot say
         (the caller left).  A loop that waited for the bus here waited as long as a flood of calls

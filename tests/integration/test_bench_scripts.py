@@ -25,6 +25,7 @@ SCRIPTS = [
     "footprint.py",
     "gate_latency.py",
     "prewarm.py",
+    "status_flood.py",
 ]
 
 

@@ -67,8 +67,17 @@ class Flood:
     def __init__(self, sb: Sandbox, connections: int, seconds: float) -> None:
         self.lines: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.busflood", "--connections", str(connections),
-             "--window", str(WINDOW), "--duration", str(seconds)],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tests.support.busflood",
+                "--connections",
+                str(connections),
+                "--window",
+                str(WINDOW),
+                "--duration",
+                str(seconds),
+            ],  # fmt: skip
             cwd=REPO,
             env=sb.env,
             stdout=subprocess.PIPE,
@@ -159,7 +168,7 @@ class StatusClient:
         self.conn.close()
 
 
-def test_one_users_maximum_flood_does_not_get_the_daemon_restarted_and_a_switch_asked_meanwhile_completes(
+def test_one_users_maximum_flood_with_a_switch_asked_meanwhile_does_not_get_the_daemon_restarted(
     system_like_sandbox: Sandbox,
 ) -> None:
     sb = system_like_sandbox
@@ -200,7 +209,9 @@ def test_one_users_maximum_flood_does_not_get_the_daemon_restarted_and_a_switch_
     assert env.status()["active"] == "b"
     same.check()
     worst = max(s for s, _ in status.answers)
-    print(f"flood: {during}; status answers {len(status.answers)}, worst {worst:.1f} s; switch asked meanwhile: {asked}")
+    print(
+        f"flood: {during}; status answers {len(status.answers)}, worst {worst:.1f} s; switch asked meanwhile: {asked}"
+    )
 
 
 def test_during_a_flood_the_bus_can_carry_gpushift_status_answers_and_gpushift_switch_completes(
@@ -212,7 +223,9 @@ def test_during_a_flood_the_bus_can_carry_gpushift_status_answers_and_gpushift_s
     same = SameDaemon(env, flood)
     worst = 0.0
     try:
-        env.wait_for(lambda: flood.answered() > 20 * WINDOW or not flood.running(), 120, "the flood's answers")
+        env.wait_for(
+            lambda: flood.answered() > 20 * WINDOW or not flood.running(), 120, "the flood's answers"
+        )
         deadline = time.monotonic() + 25
         while time.monotonic() < deadline:
             same.check()

@@ -73,7 +73,9 @@ def _call_template(member: str = "GetStatus") -> bytes:
 def _hello() -> bytes:
     from jeepney import DBusAddress, new_method_call
 
-    bus = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
+    bus = DBusAddress(
+        "/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus"
+    )
     return bytes(new_method_call(bus, "Hello").serialise(serial=1))
 
 
@@ -93,7 +95,7 @@ def _message_length(buf: bytearray | bytes, at: int) -> int | None:
     fmt = "<I" if buf[at] == ord("l") else ">I"
     (body,) = struct.unpack_from(fmt, buf, at + 4)
     (fields,) = struct.unpack_from(fmt, buf, at + 12)
-    head = 16 + fields
+    head = 16 + int(fields)
     head += -head % 8
     return head + int(body)
 
@@ -282,12 +284,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=0, help="calls kept outstanding per connection")
     ap.add_argument("--burst", type=int, default=0, help="calls written at once per connection")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds (window); the most (burst)")
-    ap.add_argument("--member", choices=sorted(MEMBERS), default="GetStatus", help="the call (default GetStatus)")
+    ap.add_argument(
+        "--member", choices=sorted(MEMBERS), default="GetStatus", help="the call (default GetStatus)"
+    )
     args = ap.parse_args(argv)
     if not args.address:
         ap.error("no bus address: give --address or set DBUS_SESSION_BUS_ADDRESS")
     if not 1 <= args.connections <= 4096 or not 0 < args.duration <= 3600:
-        ap.error(f"--connections {args.connections} (1..4096) or --duration {args.duration} (0..3600] out of range")
+        ap.error(
+            f"--connections {args.connections} (1..4096) or --duration {args.duration} (0..3600] out of range"
+        )
     started = time.monotonic()
     flood = Flood(args.address, args.connections, window=args.window, burst=args.burst, member=args.member)
     print(json.dumps({"flooding": True, "connections": args.connections}), flush=True)
@@ -297,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         flood.run(args.duration, report)
-        final = flood.progress(done=True, seconds=round(time.monotonic() - started, 1))  # open: before closing
+        final = flood.progress(
+            done=True, seconds=round(time.monotonic() - started, 1)
+        )  # open: before closing
     finally:
         flood.close()
     print(json.dumps(final), flush=True)
