@@ -83,18 +83,22 @@ def one_flood(env: BenchEnv, connections: int, member: str, seconds: float) -> d
     """One flood of ``member`` on ``connections`` × 128 for ``seconds``, with the probe beside it."""
     pid = env.daemon_pid()
     lines: list[dict[str, Any]] = []
+    probe = Probe(env)  # connected before the flood: a busy bus authenticates slowly
     cmd = [sys.executable, "-m", "tests.support.busflood", "--connections", str(connections),
            "--window", str(WINDOW), "--duration", str(seconds), "--member", member]  # fmt: skip
     flooder = subprocess.Popen(cmd, cwd=ROOT, env=env.sb.env, stdout=subprocess.PIPE, text=True)
     assert flooder.stdout is not None
-    reader = threading.Thread(
-        target=lambda: [lines.append(json.loads(x)) for x in flooder.stdout], daemon=True
-    )  # type: ignore[union-attr]
+
+    def read() -> None:
+        for line in flooder.stdout:  # type: ignore[union-attr]
+            lines.append(json.loads(line))
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    while not lines and flooder.poll() is None:  # its connections are open
-        time.sleep(0.05)
-    probe = Probe(env).start()
+    while not lines and flooder.poll() is None:  # its connections are open: the flood begins
+        time.sleep(0.01)
     cpu0, t0 = cpu_s(pid), time.monotonic()
+    probe.start()
     try:
         flooder.wait(seconds + 120)
     finally:
@@ -102,8 +106,8 @@ def one_flood(env: BenchEnv, connections: int, member: str, seconds: float) -> d
             flooder.kill()
             flooder.wait(10)
     cpu1, t1 = cpu_s(pid), time.monotonic()
-    probe.stop()
     reader.join(10)
+    probe.stop()
     done = lines[-1] if lines else {}
     answered = int(done.get("answered", 0))
     return {
