@@ -34,6 +34,7 @@ class Loop:
         self.ctx = GLib.MainContext.default()
         self.loop = GLib.MainLoop()
         self.thread = threading.Thread(target=self.loop.run, daemon=True)
+        self.sources: list[Any] = []  # destroyed after the test: the default context outlives it
 
     def add(self, fn: Any, priority: int | None = None, delay_ms: int = 0) -> None:
         GLib = self.GLib
@@ -41,6 +42,7 @@ class Loop:
         source.set_priority(GLib.PRIORITY_DEFAULT if priority is None else priority)
         source.set_callback(lambda *_: fn())
         source.attach(self.ctx)
+        self.sources.append(source)
 
 
 @pytest.fixture
@@ -52,6 +54,9 @@ def loop() -> Iterator[Loop]:
     finally:
         lp.loop.quit()
         lp.thread.join(10)
+        for source in lp.sources:
+            if not source.is_destroyed():
+                source.destroy()
 
 
 def flood(lp: Loop, calls: int, each_s: float, stamp: list[float] | None = None) -> None:
