@@ -13,6 +13,14 @@ changed ones in one ``PropertiesChanged``.  It runs on every read, before the an
 that changes what runs (the reply goes out after the signal), and whenever the daemon calls it
 (after each Progress and Finished, and every second).  When computing fails the last values stay,
 the failure is logged once, and methods still answer.
+
+Any user may call ``GetStatus`` (the system bus's policy lets everyone), as fast as the bus lets
+them: :func:`publish` answers it from the cached document's reply body, and runs the methods that
+authorize their caller once the bus has said, asynchronously, who that is.  Every call handled
+stamps ``last_call``, which the watchdog reads as the loop's progress (``gpushift/daemon/watchdog.py``).
+Measured before choosing (a stand-alone service, 20,000 pipelined calls, one run each): the daemon's
+CPU for them was 2.7 s through pydbus, 1.5 s with this dispatcher, and 2.45 s answering on GDBus's
+worker thread through a message filter (which every outgoing message passes too).
 """
 
 from __future__ import annotations
