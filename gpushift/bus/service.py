@@ -207,7 +207,7 @@ class SwitcherService:
         the loop like a call), then run ``then()``; ``fail(name, message)`` when the bus cannot say
         (the caller left).  A loop that waited for the bus here waited as long as a flood of calls
         made the bus slow, and answered nothing else meanwhile."""
-        if sender in self._credentials:
+        if not sender or sender in self._credentials:  # no sender: a peer connection (caller() says who)
             then()
             return
         from gi.repository import Gio, GLib

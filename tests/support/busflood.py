@@ -290,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.address:
         ap.error("no bus address: give --address or set DBUS_SESSION_BUS_ADDRESS")
+    if (args.window > 0) == (args.burst > 0):
+        ap.error(f"give --window or --burst (got --window {args.window}, --burst {args.burst})")
     if not 1 <= args.connections <= 4096 or not 0 < args.duration <= 3600:
         ap.error(
             f"--connections {args.connections} (1..4096) or --duration {args.duration} (0..3600] out of range"
