@@ -128,6 +128,7 @@ bench: venv
 	$(PY) bench/frontdoor_speed.py
 	$(PY) bench/frontdoor_stream.py
 	$(PY) bench/frontdoor_switch.py
+	$(PY) bench/status_flood.py
 
 bench-smoke: venv
 	$(PY) bench/ledger_list.py --smoke
@@ -140,6 +141,7 @@ bench-smoke: venv
 	$(PY) bench/frontdoor_speed.py --smoke
 	$(PY) bench/frontdoor_stream.py --smoke
 	$(PY) bench/frontdoor_switch.py --smoke
+	$(PY) bench/status_flood.py --smoke
 
 bench-gpu:
 	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gate_latency.py

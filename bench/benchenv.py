@@ -138,9 +138,10 @@ def backends(start_delay_s: float) -> list[Backend]:
 
 
 @contextlib.contextmanager
-def running(env_factory: Any) -> Iterator[BenchEnv]:
+def running(env_factory: Any, **sandbox_opts: Any) -> Iterator[BenchEnv]:
     """Boot a sandbox, build the env with ``env_factory(sandbox, base)``, start the daemon; stop all after.
 
+    ``sandbox_opts`` go to :class:`Sandbox` (``bus_limits=SYSTEM_BUS_LIMITS``: the system bus's limits).
     Fails with a message naming what is missing when systemd or D-Bus cannot be used here.
     """
     missing = missing_tools()
@@ -150,7 +151,7 @@ def running(env_factory: Any) -> Iterator[BenchEnv]:
         )
     base = Path(tempfile.mkdtemp(prefix="gpushift-bench-"))
     os.chmod(base, 0o755)
-    sb = Sandbox()
+    sb = Sandbox(**sandbox_opts)
     try:
         try:
             sb.start()

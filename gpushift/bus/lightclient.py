@@ -24,6 +24,9 @@ from gpushift.errors import DaemonUnavailable
 from gpushift.host.dbus_errors import from_dbus, not_answering
 
 CALL_TIMEOUT_S = 10.0
+#: The bus's authentication (jeepney's own default is 1 s: a bus slowed down by a flood of calls,
+#: which dbus-daemon answers in turn, took longer and `gpushift status` said it could not connect).
+AUTH_TIMEOUT_S = 10.0
 #: A switch call's own deadline (the daemon answers with a ticket at once; it validates first).
 SWITCH_CALL_TIMEOUT_S = 30.0
 #: While following a switch, the daemon's bus name is asked about at least this often.
@@ -87,7 +90,9 @@ def _connect(bus_kind: str) -> Any:
     from jeepney.io.blocking import open_dbus_connection
 
     try:
-        return open_dbus_connection(bus="SYSTEM" if bus_kind == "system" else "SESSION")
+        return open_dbus_connection(
+            bus="SYSTEM" if bus_kind == "system" else "SESSION", auth_timeout=AUTH_TIMEOUT_S
+        )
     except (OSError, KeyError, ValueError) as e:
         raise no_daemon(bus_kind, connect_failure(e)) from None
 

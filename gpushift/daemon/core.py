@@ -1,13 +1,13 @@
 """The daemon's composition root — builds every collaborator, owns the bus name, runs the loop.
 
 Threads (docs/design.md has the full picture):
-- the GLib main loop (main thread): D-Bus handlers, signal emission, Unix signals, watchdog, the
-  clockwork's once-a-second timer;
+- the GLib main loop (main thread): D-Bus handlers, signal emission, Unix signals, the watchdog's
+  turn stamp, the clockwork's once-a-second timer;
+- the watchdog thread (``WATCHDOG=1`` while the loop shows progress: ``daemon/watchdog.py``);
 - the switch worker (one at a time, started by the Switcher);
 - the sampler's thread (status reads its snapshot);
-- the scheduler's thread (APScheduler), which only *asks* for switches through the same door as a
-  person does;
-- with ``[metrics]`` set: the ``/metrics`` listener's threads and the ``metrics`` thread (textfile).
+- the scheduler's thread (APScheduler), which only *asks* for switches as a person does;
+- with ``[metrics]``: the ``/metrics`` listener's thread and the textfile's; with ``[mirror]``: the mirror's.
 """
 
 from __future__ import annotations
@@ -53,9 +53,7 @@ class Daemon:
         self.config_on_disk = ConfigOnDisk(self.config_path)
         self.config = self.config_on_disk.load()
         self.schedule = load_schedule_of(self.config)
-        from gpushift.host.identity import stagger
-
-        self.stagger = stagger(self.config)
+        self.stagger = fleetwire.stagger_of(self.config)
         from gpushift.daemon import logs
 
         self.log = logs.setup(self.config.daemon.log_level)
@@ -65,6 +63,7 @@ class Daemon:
         self._loop: Any = None
         self._service: Any = None
         self._publication: Any = None
+        self.watchdog: Any = None
         self.relay = SignalRelay(self)  # the switch's events -> the bus's signals
         self.models = ModelNames(self.log)  # the backends' model names (D-Bus Models, NextServed)
         self.mirror: Any = None  # [mirror]: the ledger's copy in the fleet's database (docs/fleet.md)
@@ -357,23 +356,6 @@ class Daemon:
         keys = f"; applied: {', '.join(applied)}" if applied else "; no key changed"
         return f"reloaded {self.config_path}{where}{keys}"
 
-    def _watchdog(self) -> bool:
-        """Runs on the loop thread (so the loop is alive); also proves the switch worker is."""
-        health = self.switcher.worker_health()
-        if health is not None:
-            alive, age = health
-            # A worker blocked in a systemd job does not beat: allow the longest job it may wait on.
-            longest = max(
-                [self.config.daemon.stop_timeout_s, self.config.gpu.release_timeout_s]
-                + [max(b.start_timeout_s, b.drain_timeout_s) for b in self.config.backends.values()]
-            )
-            limit = longest + 60
-            if not alive or age > limit:
-                self.log.error("watchdog_withheld", detail=f"switch worker silent for {age:.0f}s")
-                return True
-        self.notify.watchdog()
-        return True
-
     def run(self) -> int:
         from gi.repository import GLib
 
@@ -408,9 +390,9 @@ class Daemon:
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGTERM, self._quit)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGINT, self._quit)
         GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGHUP, self._sighup)
-        interval = watchdog_interval_s()
-        if interval:
-            GLib.timeout_add(max(100, int(interval * 1000)), self._watchdog)
+        self.watchdog = self._watchdog(watchdog_interval_s())
+        if self.watchdog is not None:  # WATCHDOG=1 from a thread, while the loop shows progress
+            GLib.timeout_add(self.watchdog.turn_ms, self.watchdog.loop_turn)
         running = self.switcher.running_backends()
         self.log.info(
             "daemon_ready",
@@ -423,6 +405,8 @@ class Daemon:
         )
         self.clockwork.start()
         self.notify.ready()
+        if self.watchdog is not None:
+            self.watchdog.start()
         try:
             self.converge()  # a switch the previous daemon died in: converge before anything decides
         except Exception as e:  # the start's edge: log it, keep serving requests and the schedule
@@ -430,6 +414,8 @@ class Daemon:
         self.clockwork.tick(Trigger.RECONCILE)  # boot or crash restart: bring up what the schedule wants
         self.update_status_line()
         self._loop.run()
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.metrics is not None:
             self.metrics.stop()
         if self.mirror is not None:
@@ -441,6 +427,23 @@ class Daemon:
         self.notify.stopping()
         self.log.info("daemon_stopping", detail="backends are left as they are")
         return 0
+
+    def _watchdog(self, interval_s: float | None) -> Any:
+        """The watchdog thread (``gpushift/daemon/watchdog.py``), or None when systemd set none."""
+        if not interval_s:
+            return None
+        from gpushift.daemon.watchdog import Watchdog, worker_silence
+        from gpushift.host.dbus import waiting_until
+
+        loop_thread = threading.get_ident()  # run() runs the loop on this thread
+        return Watchdog(
+            self.notify.watchdog,
+            interval_s,
+            progress=lambda: self._service.last_call if self._service is not None else 0.0,
+            problem=lambda: worker_silence(self.switcher, self.config),
+            waiting=lambda: waiting_until(loop_thread),
+            log=self.log,
+        )
 
     def _reconcile(self) -> None:
         """Every reconcile_interval_s and after a clock jump (the clockwork's timer, loop thread)."""

@@ -89,3 +89,10 @@ def host_state(d: _Daemon) -> dict[str, Any]:
 
     masked: dict[str, Any] = redact.redact_tree(state)  # a message may quote a command line's secret
     return masked
+
+
+def stagger_of(config: Any) -> dict[str, Any] | None:
+    """This host's stagger (``[daemon] stagger_s``; docs/fleet.md), None without one."""
+    from gpushift.host.identity import stagger
+
+    return stagger(config)

@@ -74,8 +74,11 @@ class SignalRelay:
             svc.announce()
             return False
 
+        # PRIORITY_HIGH: GDBus queues every incoming call as a source of DEFAULT priority, and GLib
+        # runs a lower one (idle_add's default) only once none of those is ready — never during a
+        # flood of calls.  A high one runs at the start of the loop's next iteration.
         if ev.result is None:
-            GLib.idle_add(emit)
+            GLib.idle_add(emit, priority=GLib.PRIORITY_HIGH)
             if ev.kind is EventKind.PROGRESS:
                 d.notify.status(redact.redact_text(f"switching: {ev.phase} {ev.detail}")[:200])
             return
@@ -92,10 +95,10 @@ class SignalRelay:
 
         def sample() -> None:
             self._sample_after_switch()
-            GLib.idle_add(after_sample)
+            GLib.idle_add(after_sample, priority=GLib.PRIORITY_HIGH)
 
         threading.Thread(target=sample, name="sample-after-switch", daemon=True).start()
-        GLib.idle_add(emit)
+        GLib.idle_add(emit, priority=GLib.PRIORITY_HIGH)
 
     def _sample_after_switch(self) -> None:
         """As Finished goes out (a thread of its own): a sample taken after the switch ended, so a

@@ -1,4 +1,5 @@
-"""Opening the D-Bus connection, the same way for the daemon, the systemd adapter and the CLI.
+"""Opening the D-Bus connection, the same way for the daemon, the systemd adapter and the CLI; and
+:func:`waiting`, the mark of a thread blocked in one synchronous D-Bus call.
 
 pydbus and gi are imported lazily, inside the call (gpushift must import without them, and
 ``gpushift --help`` must start fast).
@@ -6,7 +7,11 @@ pydbus and gi are imported lazily, inside the call (gpushift must import without
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from gpushift.errors import GpushiftError, SystemdError
@@ -49,3 +54,27 @@ def connect(kind: str, address: str | None = None, *, error: type[GpushiftError]
     except GLib.Error as e:
         where = address or f"the {kind} bus"
         raise error(f"cannot connect to {where}: {split_remote(e)[1]}") from e
+
+
+#: Thread ident -> the monotonic deadline of the synchronous D-Bus call it is blocked in.
+_WAITS: dict[int, float] = {}
+
+
+@contextlib.contextmanager
+def waiting(timeout_s: float) -> Iterator[None]:
+    """Marks the calling thread as blocked in one synchronous D-Bus call of at most ``timeout_s``.
+
+    The watchdog (``gpushift/daemon/watchdog.py``) counts a main loop waiting so as alive until the
+    call's own deadline: a bus slowed down by a flood of calls answers the systemd adapter late,
+    and restarting the daemon would not make it answer sooner."""
+    ident = threading.get_ident()
+    _WAITS[ident] = time.monotonic() + timeout_s
+    try:
+        yield
+    finally:
+        _WAITS.pop(ident, None)
+
+
+def waiting_until(ident: int) -> float | None:
+    """The deadline of the D-Bus call thread ``ident`` is blocked in, or None."""
+    return _WAITS.get(ident)

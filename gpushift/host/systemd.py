@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpushift.errors import GpushiftError, SystemdError
+from gpushift.host.dbus import waiting
 from gpushift.host.dbus_errors import split_remote
 from gpushift.host.jobwait import SIGNAL_GRACE_S, JobWaiter
 from gpushift.host.systemd_names import (
@@ -92,9 +93,10 @@ class SystemdUnits:
         with self._lock:
             if self._manager is None:
                 try:
-                    self._manager = self._bus.get(
-                        SYSTEMD_BUS_NAME, SYSTEMD_PATH, timeout=self._call_timeout_s
-                    )
+                    with waiting(self._call_timeout_s):
+                        self._manager = self._bus.get(
+                            SYSTEMD_BUS_NAME, SYSTEMD_PATH, timeout=self._call_timeout_s
+                        )
                 except Exception as e:
                     if is_glib_error(e):
                         raise self._error("connect to systemd", None, e) from e
@@ -110,8 +112,10 @@ class SystemdUnits:
 
     def _call(self, what: str, unit: str | None, fn: Any, *args: Any, timeout_s: float | None = None) -> Any:
         """Call a manager method with a timeout, translating D-Bus failures into SystemdError."""
+        timeout = timeout_s if timeout_s is not None else self._call_timeout_s
         try:
-            return fn(*args, timeout=timeout_s if timeout_s is not None else self._call_timeout_s)
+            with waiting(timeout):
+                return fn(*args, timeout=timeout)
         except Exception as e:
             if is_glib_error(e):
                 raise self._error(what, unit, e) from e
@@ -129,17 +133,18 @@ class SystemdUnits:
         if args is None:
             args = self._getall_args[iface] = (GLib.Variant("(s)", (iface,)), GLib.VariantType.new("(a{sv})"))
         try:
-            reply = self._con.call_sync(
-                SYSTEMD_BUS_NAME,
-                path,
-                PROPS_IFACE,
-                "GetAll",
-                args[0],
-                args[1],
-                0,
-                int(self._call_timeout_s * 1000),
-                None,
-            )
+            with waiting(self._call_timeout_s):
+                reply = self._con.call_sync(
+                    SYSTEMD_BUS_NAME,
+                    path,
+                    PROPS_IFACE,
+                    "GetAll",
+                    args[0],
+                    args[1],
+                    0,
+                    int(self._call_timeout_s * 1000),
+                    None,
+                )
         except GLib.Error as e:
             raise self._error("read the properties of", unit, e) from e
         props = reply.get_child_value(0)
@@ -154,17 +159,18 @@ class SystemdUnits:
         from gi.repository import GLib
 
         try:
-            self._con.call_sync(
-                SYSTEMD_BUS_NAME,
-                job,
-                PROPS_IFACE,
-                "Get",
-                GLib.Variant("(ss)", (JOB_IFACE, "State")),
-                GLib.VariantType.new("(v)"),
-                0,
-                int(self._call_timeout_s * 1000),
-                None,
-            )
+            with waiting(self._call_timeout_s):
+                self._con.call_sync(
+                    SYSTEMD_BUS_NAME,
+                    job,
+                    PROPS_IFACE,
+                    "Get",
+                    GLib.Variant("(ss)", (JOB_IFACE, "State")),
+                    GLib.VariantType.new("(v)"),
+                    0,
+                    int(self._call_timeout_s * 1000),
+                    None,
+                )
         except GLib.Error as e:
             name, _ = split_remote(e)
             if name in (
@@ -258,7 +264,8 @@ class SystemdUnits:
         The reference ends with this bus connection."""
         path = self._call("load", unit, self._mgr().LoadUnit, unit)
         try:
-            self._bus.get(SYSTEMD_BUS_NAME, path)[UNIT_IFACE].Ref(timeout=self._call_timeout_s)
+            with waiting(2 * self._call_timeout_s):  # introspection, then the call
+                self._bus.get(SYSTEMD_BUS_NAME, path)[UNIT_IFACE].Ref(timeout=self._call_timeout_s)
         except Exception as e:
             if not is_glib_error(e):
                 raise

@@ -31,6 +31,7 @@ SCRIPTS = [
     "frontdoor_speed.py",
     "frontdoor_stream.py",
     "frontdoor_switch.py",
+    "status_flood.py",
 ]
 
 

@@ -110,6 +110,27 @@ _SYSTEM_USER_UNIT_DIRS = (
     "/usr/share/systemd/user",
 )
 
+#: The limits dbus-daemon applies on the SYSTEM bus, for a sandbox bus that should behave like it
+#: (``Sandbox(bus_limits=SYSTEM_BUS_LIMITS)``).  The values are dbus-daemon's built-in defaults, which
+#: the system bus keeps (its ``system.conf`` sets none and lists them in a comment: "The defaults for
+#: these limits are hard-coded in dbus-daemon", dbus 1.14.10's ``/usr/share/dbus-1/system.conf`` here;
+#: upstream https://gitlab.freedesktop.org/dbus/dbus/-/blob/master/bus/system.conf.in), while
+#: ``session.conf`` raises them "with essentially infinite limits" (50,000 pending replies per
+#: connection).  Only the limits that bound what one client can queue are taken: the time limits
+#: (``auth_timeout`` 5 s, ``service_start_timeout``) stay the session bus's, so a slow machine's
+#: authentication is not cut off.
+SYSTEM_BUS_LIMITS: dict[str, int] = {
+    "max_incoming_bytes": 133169152,
+    "max_outgoing_bytes": 133169152,
+    "max_message_size": 33554432,
+    "max_completed_connections": 2048,
+    "max_incomplete_connections": 64,
+    "max_connections_per_user": 256,
+    "max_names_per_connection": 512,
+    "max_match_rules_per_connection": 512,
+    "max_replies_per_connection": 128,
+}
+
 _STATE_FILE = "sandbox.json"
 _ENV_FILE = "env"
 
@@ -193,11 +214,28 @@ def _mask_names() -> list[str]:
     return sorted(n for n in names if n.endswith((".socket", ".timer", ".path")))
 
 
-def _bus_units(dbus_daemon: str, log: Path) -> dict[str, str]:
+def _bus_config(limits: dict[str, int]) -> str:
+    """A dbus-daemon config: the distribution's session bus with ``limits`` set after it (a later
+    ``<limit>`` replaces an earlier one)."""
+    session = next(
+        (p for p in ("/usr/share/dbus-1/session.conf", "/etc/dbus-1/session.conf") if os.path.exists(p)),
+        "/usr/share/dbus-1/session.conf",
+    )
+    lines = "\n".join(f'  <limit name="{k}">{int(v)}</limit>' for k, v in sorted(limits.items()))
+    return (
+        '<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"\n'
+        ' "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">\n'
+        f"<busconfig>\n  <include>{session}</include>\n{lines}\n</busconfig>\n"
+    )
+
+
+def _bus_units(dbus_daemon: str, log: Path, config: Path | None = None) -> dict[str, str]:
     """The manager's session bus: the units a user session has, naming this machine's dbus-daemon.
 
     The names are systemd's: the manager joins the bus when ``dbus.socket`` and ``dbus.service`` run.
+    ``config``: a config file of the bus's own (:func:`_bus_config`) instead of ``--session``.
     """
+    which = f"--config-file={config}" if config is not None else "--session"
     return {
         "dbus.socket": (
             "[Unit]\nDescription=D-Bus session bus socket (gpushift sandbox)\n\n"
@@ -206,7 +244,7 @@ def _bus_units(dbus_daemon: str, log: Path) -> dict[str, str]:
         "dbus.service": (
             "[Unit]\nDescription=D-Bus session bus (gpushift sandbox)\nRequires=dbus.socket\n\n"
             "[Service]\n"
-            f"ExecStart={dbus_daemon} --session --address=systemd: --nofork --nopidfile --systemd-activation\n"
+            f"ExecStart={dbus_daemon} {which} --address=systemd: --nofork --nopidfile --systemd-activation\n"
             f"StandardOutput=append:{log}\nStandardError=append:{log}\n"
         ),
         SANDBOX_TARGET: (
@@ -243,7 +281,11 @@ class Sandbox:
     """
 
     def __init__(
-        self, base_dir: str | os.PathLike[str] | None = None, *, runtime_parent: str | None = None
+        self,
+        base_dir: str | os.PathLike[str] | None = None,
+        *,
+        runtime_parent: str | None = None,
+        bus_limits: dict[str, int] | None = None,
     ) -> None:
         """Prepare (nothing runs until :meth:`start`).
 
@@ -252,7 +294,10 @@ class Sandbox:
                 owns it), removed with the runtime dir otherwise.
             runtime_parent: where the runtime dir is made; default ``/run`` when writable, else the
                 system temp dir (a non-root developer on a systemd host).
+            bus_limits: dbus-daemon ``<limit>``s set over the session bus's (e.g.
+                :data:`SYSTEM_BUS_LIMITS`); the bus's config is then ``<base_dir>/dbus.conf``.
         """
+        self._bus_limits = dict(bus_limits) if bus_limits else None
         self._given_base = base_dir is not None
         self._base_arg = Path(base_dir) if base_dir is not None else None
         self._runtime_parent = runtime_parent
@@ -350,7 +395,11 @@ class Sandbox:
                 link.symlink_to("/dev/null")
         dbus_daemon = shutil.which("dbus-daemon")
         assert dbus_daemon is not None  # missing_tools() checked
-        for name, text in _bus_units(dbus_daemon, self.base_dir / "dbus.log").items():
+        config = None
+        if self._bus_limits:
+            config = self.base_dir / "dbus.conf"
+            config.write_text(_bus_config(self._bus_limits))
+        for name, text in _bus_units(dbus_daemon, self.base_dir / "dbus.log", config).items():
             (self.unit_dir / name).write_text(text)
         self.exports = {
             "XDG_RUNTIME_DIR": str(self.runtime_dir),
