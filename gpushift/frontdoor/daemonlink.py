@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from jeepney import DBusAddress, HeaderFields, MatchRule, Message, MessageType, new_method_call
+from jeepney import DBusAddress, HeaderFields, MatchRule, Message, MessageType, new_error, new_method_call
 
 from gpushift.frontdoor import properties
 from gpushift.frontdoor.busconn import BusClosed, BusConnection, CallFailed
@@ -42,11 +42,6 @@ _PRIMARY_OWNER, _ALREADY_OWNER = 1, 4
 MAX_CALLS = 32
 #: A connection that lasted this long resets the reconnect pause.
 STEADY_S = 30.0
-_SWITCHER = DBusAddress(
-    properties.SWITCHER_PATH,
-    bus_name=properties.SWITCHER_BUS_NAME,
-    interface="org.freedesktop.DBus.Properties",
-)
 
 
 class Core(Protocol):
@@ -229,8 +224,6 @@ class DaemonLink:
                 await conn.send(reply)
 
     async def _refuse(self, conn: BusConnection, msg: Message) -> None:
-        from jeepney import new_error
-
         with contextlib.suppress(BusClosed):
             await conn.send(
                 new_error(
