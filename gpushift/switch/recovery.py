@@ -13,6 +13,10 @@ back (:class:`~gpushift.ports.RunStore`).  A daemon that starts and finds an unf
 3. gives up after :data:`MAX_RECOVERIES` recoveries in a row were interrupted: the host is left
    stopped (every backend unit stopped, nothing started) and held there until a person acts.
 
+With a front door, the requests it holds since the dead daemon closed a backend are released as the
+recovery switch's row closes, to what serves then (``switch/frontdoor.py``); a recovery that gives
+up releases ``off`` at once, so they are answered rather than left waiting.
+
 :func:`plan` is pure (the run and the facts in, a :class:`RecoveryPlan` out); :func:`prepare`
 reads the run and closes its row at daemon start; the recovery switch itself is a decision of the
 keeper's like every other switch (``Keeper.recover``, with :func:`announce`'s reason).

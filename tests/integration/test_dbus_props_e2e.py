@@ -73,6 +73,7 @@ def test_busctl_reads_properties_and_watches_a_switch_made_with_switch_to(sandbo
         "Phase": "",
         "NextSwitch": ["", 0],
         "Backends": ["day", "night"],
+        "SwitchTarget": "",
     }
 
     monitor = bc.Monitor(USER, env=uenv)
@@ -111,6 +112,7 @@ def test_busctl_reads_properties_and_watches_a_switch_made_with_switch_to(sandbo
     assert seen[0] == "preflight" and seen.index("stop") < seen.index("release") < seen.index("start"), seen
     assert [s["SwitchInProgress"] for s in states][0] is True
     assert any(s["Phase"] == "release" and s["ActiveBackend"] == "off" for s in states), states
+    assert all(s["SwitchTarget"] == ("night" if s["SwitchInProgress"] else "") for s in states), states
     assert states[-1] == {**start, "ActiveBackend": "night"}, states[-1]
     assert bc.get_property(USER, "ActiveBackend", env=uenv) == 's "night"'
     assert env.status()["active"] == "night"

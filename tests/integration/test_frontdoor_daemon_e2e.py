@@ -38,19 +38,31 @@ class FrontDoorEnv(GpushiftEnv):
 
     def config_text(self) -> str:
         listen = f"127.0.0.1:{free_port()}"
-        return super().config_text() + f'\n[frontdoor]\nlisten = ["{listen}"]\nbus_timeout_s = {self.bus_timeout_s}\n'
+        return (
+            super().config_text()
+            + f'\n[frontdoor]\nlisten = ["{listen}"]\nbus_timeout_s = {self.bus_timeout_s}\n'
+        )
 
 
 def start_front_door(sandbox: Any, d: Path, hang: bool = False) -> subprocess.Popen[bytes]:
     d.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **sandbox.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    cmd = [sys.executable, "-m", "tests.support.fake_frontdoor", "--dir", str(d), *(["--hang"] if hang else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.support.fake_frontdoor",
+        "--dir",
+        str(d),
+        *(["--hang"] if hang else []),
+    ]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while not (d / "ready").exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             end(proc)
-            raise AssertionError(f"the test front door did not start: {proc.stderr.read() if proc.stderr else ''}")
+            raise AssertionError(
+                f"the test front door did not start: {proc.stderr.read() if proc.stderr else ''}"
+            )
         time.sleep(0.05)
     return proc
 
@@ -71,7 +83,20 @@ def make_env(sandbox: Any, name: str, **opts: Any) -> FrontDoorEnv:
     (base / "schedule").write_text(SCHEDULE)
     day = Backend("day", free_port(), [0, 1], drain_timeout_s=60, extra_config=['models = ["day-model"]'])
     night = Backend("night", free_port(), [1], extra_config=['models = ["night-model"]'])
-    return FrontDoorEnv(sandbox, base, [day, night], schedule=str(base / "schedule"), sample_interval_s=0.5, **opts)
+    return FrontDoorEnv(
+        sandbox, base, [day, night], schedule=str(base / "schedule"), sample_interval_s=0.5, **opts
+    )
+
+
+def wait_serving(env: GpushiftEnv, backend: str) -> None:
+    """Until ``backend`` serves and the switch that brought it up has ended (its Release is sent
+    after ready: a backend can serve while its switch still runs)."""
+
+    def idle_on() -> bool:
+        st = env.status()
+        return st.get("active") == backend and st["daemon"].get("state") == "idle"
+
+    env.wait_for(idle_on, 60, f"{backend} serving, no switch running")
 
 
 def fold(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -89,9 +114,12 @@ def test_properties_and_a_drain_that_waits_for_the_front_doors_request(sandbox: 
     try:
         env = make_env(sandbox, "gs").up()
         uenv = sandbox.env
-        env.wait_for(lambda: env.status().get("active") == "day", 60, "the schedule's day backend")
+        wait_serving(env, "day")
         assert bc.get_property(USER, "SwitchTarget", env=uenv) == 's ""'
-        assert bc.get_property(USER, "Models", env=uenv) == 'a{sas} 2 "day" 1 "day-model" "night" 1 "night-model"'
+        assert (
+            bc.get_property(USER, "Models", env=uenv)
+            == 'a{sas} 2 "day" 1 "day-model" "night" 1 "night-model"'
+        )
         assert bc.get_property(USER, "TimeZone", env=uenv) == 's "UTC"'
         assert bc.get_property(USER, "NextServed", env=uenv) == (
             f'a{{st}} 2 "day-model" 0 "night-model" {EXCEPTION_START}'
@@ -110,7 +138,9 @@ def test_properties_and_a_drain_that_waits_for_the_front_doors_request(sandbox: 
         try:
             monitor.start(lambda: bc.call(USER, "GetStatus", env=uenv))
             switch = env.cli_popen("switch", "night", "--reason", "front door test")
-            env.wait_for(lambda: len(calls(d, "InFlight", since=began)) >= 3, 60, "the drain asking InFlight(day)")
+            env.wait_for(
+                lambda: len(calls(d, "InFlight", since=began)) >= 3, 60, "the drain asking InFlight(day)"
+            )
             time.sleep(1.0)
             assert switch.poll() is None, "the switch did not wait for the front door's request"
             released_at = time.time()
@@ -154,7 +184,10 @@ def test_properties_and_a_drain_that_waits_for_the_front_doors_request(sandbox: 
         new_year = int(datetime(datetime.now(timezone.utc).year + 1, 1, 1, tzinfo=timezone.utc).timestamp())
         assert {"night-model": 0, "day-model": 0} in served, served
         assert served[-1] == {"night-model": 0, "day-model": new_year}, served
-        assert bc.get_property(USER, "NextServed", env=uenv) == f'a{{st}} 2 "day-model" {new_year} "night-model" 0'
+        assert (
+            bc.get_property(USER, "NextServed", env=uenv)
+            == f'a{{st}} 2 "day-model" {new_year} "night-model" 0'
+        )
 
     finally:
         end(door)
@@ -167,7 +200,7 @@ def test_a_front_door_that_never_answers_costs_each_call_its_timeout(sandbox: An
         env = make_env(sandbox, "gs")
         env.bus_timeout_s = 1.0
         env.up()
-        env.wait_for(lambda: env.status().get("active") == "day", 60, "the schedule's day backend")
+        wait_serving(env, "day")
         st = env.status()
         assert st["frontdoor"]["answered"] is False, st["frontdoor"]
         assert "front door: " in env.cli("status").stdout and "not answering" in env.cli("status").stdout
@@ -182,7 +215,10 @@ def test_a_front_door_that_never_answers_costs_each_call_its_timeout(sandbox: An
         (drain,) = extra["drain"]
         # Close waited its bus_timeout_s (1 s); the drain did not ask the silent front door again
         assert drain["waited_s"] < 1.0 + 2.0, drain
-        assert [c["call"] for c in calls(d, "Close", "InFlight", "Release", since=began)] == ["Close", "Release"]
+        assert [c["call"] for c in calls(d, "Close", "InFlight", "Release", since=began)] == [
+            "Close",
+            "Release",
+        ]
         assert row["outcome"] == "ok" and took < 60, (row["outcome"], took)
         durations = row["durations_s"]
         assert durations["drain"] < 3.0, durations

@@ -7,6 +7,7 @@ shown against the real bus and the real daemon before (and apart from) the real 
 In ``DIR`` (read at every call, so a test changes them while the daemon calls):
     in_flight.json   ``{"day": 1}``: what ``Close`` and ``InFlight`` answer per backend (absent: 0)
     held.json        ``{"held": 3, "longest_s": 1.5}``: what the next ``Release`` answers
+    status.txt       when present, the text ``Status`` answers as it is (a malformed document)
 and it writes:
     calls.jsonl      one JSON line per call received: ``{"t": UNIX time, "call": "Close", "arg": "day"}``
     ready            its PID, once it owns the name
@@ -57,6 +58,8 @@ def answer(d: Path, member: str, arg: str | None) -> tuple[str, tuple[Any, ...]]
         held = _read(d / "held.json", {})
         (d / "held.json").write_text("{}")
         return "ud", (int(held.get("held", 0)), float(held.get("longest_s", 0.0)))
+    if member == "Status" and (d / "status.txt").exists():
+        return "s", ((d / "status.txt").read_text(),)
     if member == "Status":
         doc = {"listen": ["[::]:8000"], "held": int(_read(d / "held.json", {}).get("held", 0)),
                "in_flight": counts, "closed": [], "daemon": "connected", "requests": 0}  # fmt: skip

@@ -811,12 +811,15 @@ class FakeFrontDoor:
 
     def _answers(self, call: str, *args: Any) -> bool:
         self.log.add(f"frontdoor.{call}", *args)
+        method = {"close": "Close", "in_flight": "InFlight", "release": "Release", "status": "Status"}[call]
         if self.hang:
             self.clock.sleep(self.timeout_s)
-            self._errors[call] = f"{call}: Timeout was reached"
+            self._errors[call] = f"{method}: Timeout was reached"
             return False
         if self.absent:
-            self._errors[call] = f"{call}: org.freedesktop.DBus.Error.ServiceUnknown: no owner"
+            self._errors[call] = (
+                f'{method}: org.freedesktop.DBus.Error.NameHasNoOwner: Name "org.gpushift.FrontDoor1" does not exist'
+            )
             return False
         self._errors[call] = None
         return True

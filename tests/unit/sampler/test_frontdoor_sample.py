@@ -80,7 +80,7 @@ def test_status_says_when_the_front_door_does_not_answer(world: Any, fd: Any) ->
     sampler.sample_once()
     s = status(world, sampler)
     assert s["frontdoor"]["answered"] is False
-    assert "ServiceUnknown" in s["frontdoor"]["error"]
+    assert "NameHasNoOwner" in s["frontdoor"]["error"]
     assert s["frontdoor"]["listen"] == ["[::]:8000", "[::]:8080"]  # from the config
     line = [x for x in render_status(s).splitlines() if x.startswith("front door:")]
     assert line == [f"front door: [::]:8000 [::]:8080 · not answering ({s['frontdoor']['error']})"]

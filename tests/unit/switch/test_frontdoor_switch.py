@@ -158,7 +158,7 @@ def test_an_absent_front_door_changes_nothing_but_the_row(world: Any, fd: Any) -
     rec = world.record(res)
     (drain,) = rec.extra["drain"]
     assert (drain["in_flight_at_start"], drain["in_flight_at_stop"]) == (2, 0)  # the backend's own count
-    assert rec.extra["frontdoor"]["error"].startswith("release: org.freedesktop.DBus.Error.ServiceUnknown")
+    assert rec.extra["frontdoor"]["error"].startswith("Release: org.freedesktop.DBus.Error.NameHasNoOwner")
     assert rec.extra["frontdoor"]["in_flight_at_close"] is None
 
 
@@ -178,7 +178,7 @@ def test_a_front_door_that_never_answers_costs_each_call_its_timeout_only(
     # Close got no answer and the backend says 0: the drain is over at once; then Release
     assert calls == ["frontdoor.close", "frontdoor.release"]
     assert world.clock.elapsed - t_base == pytest.approx(2 * 5.0)  # two calls, each its bus_timeout_s
-    assert world.record(res).extra["frontdoor"]["error"] == "release: Timeout was reached"
+    assert world.record(res).extra["frontdoor"]["error"] == "Release: Timeout was reached"
 
 
 def test_a_silent_front_door_is_not_asked_again_during_the_drain(world: Any, fd: Any) -> None:
@@ -245,3 +245,61 @@ def test_no_model_names_known_no_look(world: Any) -> None:
     res = world.switch("night")  # a generic backend without models = [...]: nothing to compare
     assert "model_names" not in world.record(res).extra
     assert world.probe.models_calls == []
+
+
+# --------------------------------------------------------------------------- crash recovery
+
+
+def _died_in_release(world: Any, recovery_attempt: int = 0) -> None:
+    """A daemon that closed day at the front door, stopped it and died in the VRAM gate."""
+    from gpushift.switch import SwitchRun
+    from gpushift.values import SwitchRecord, Trigger
+
+    now = world.clock.now()
+    rec = SwitchRecord(trigger="manual", requested_by="alice", reason="before the crash",
+                       from_backend="day", to_backend="night", started_at=now, ticket="dead0000beef")  # fmt: skip
+    run = SwitchRun(
+        ticket="dead0000beef", target="night",
+        trigger=Trigger.RECOVERY if recovery_attempt else Trigger.MANUAL, requested_by="alice",
+        reason="before the crash", started_at=now, started_mono=0.0, phase=Phase.RELEASE,
+        previous=["day"], stopping=["day"], touched=True, ledger_id=world.ledger.begin(rec),
+        recovery_attempt=recovery_attempt,
+    )  # fmt: skip
+    world.units.stop(world.unit("day"), 5)
+    world.runs.save(run.to_dict())
+
+
+def test_a_recovery_releases_what_serves_once_it_serves(world: Any, fd: Any, fakes: Any) -> None:
+    from gpushift.host.nulllog import NULL_LOG
+    from gpushift.keeper import Keeper
+    from gpushift.switch import Switcher, recovery
+
+    _died_in_release(world)
+    fd.hold(4, 30.0)  # requests held since the old daemon closed day
+    world.switcher = sw = Switcher(world.config, world.ports, listener=world._listen, version="0.0.0-test")
+    plan = recovery.prepare(sw, None, None, NULL_LOG)
+    assert plan is not None and plan.target == "night"
+    assert fd.released == []  # not before the target serves: they would be answered "not served"
+    keeper = Keeper(
+        sw, None, fakes.MemoryOverrideStore(), now=world.clock.now, monotonic=world.clock.monotonic
+    )
+    keeper.recover(plan.target, "recovery", plan.attempt)
+    assert sw.wait(20)
+    assert fd.released == ["night"]
+    (row,) = [r for r in world.ledger.rows.values() if r.trigger == "recovery"]
+    assert row.outcome == Outcome.OK.value
+    assert row.extra["frontdoor"]["held"] == 4 and row.extra["frontdoor"]["serving"] == "night"
+
+
+def test_a_recovery_that_gives_up_answers_the_held_requests(world: Any, fd: Any) -> None:
+    from gpushift.host.nulllog import NULL_LOG
+    from gpushift.switch import Switcher, recovery
+
+    _died_in_release(world, recovery_attempt=3)
+    fd.hold(2, 5.0)
+    sw = Switcher(world.config, world.ports, listener=world._listen, version="0.0.0-test")
+    plan = recovery.prepare(sw, None, None, NULL_LOG)
+    assert plan is not None and plan.give_up
+    assert fd.released == [OFF]  # nothing will serve them until a person acts
+    row = [r for r in world.ledger.rows.values() if r.trigger == "recovery"][-1]
+    assert row.extra["frontdoor"] == {"serving": OFF, "in_flight_at_close": None, "held": 2, "longest_s": 5.0}
