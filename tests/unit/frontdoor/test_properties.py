@@ -22,11 +22,8 @@ def test_the_names_are_the_daemons() -> None:
 
 def test_each_property_the_daemon_documents_has_the_signature_read_here() -> None:
     documented = dict(re.findall(r'<property name="(\w+)" type="([^"]+)"', XML.read_text()))
-    for name in ("ActiveBackend", "Mode", "SwitchInProgress", "Phase"):
-        assert documented[name] == p.SIGNATURES[name]
     for name, signature in p.SIGNATURES.items():
-        if name in documented:  # the daemon's new ones (SwitchTarget, NextServed, ...) once it has them
-            assert documented[name] == signature, name
+        assert documented.get(name) == signature, (name, documented.get(name))
 
 
 def test_a_full_read_becomes_a_connected_view() -> None:
