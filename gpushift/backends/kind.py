@@ -64,12 +64,12 @@ class Kind:
         api_key_env: the environment variable the server reads its API key from.
         checkpoint_dir: the local model directory whose ``config.json`` the doctor reads.
         doctor: the doctor's rules for the kind; None: only the rules for every backend.
-        served_models: the model names the server answers to (what its ``/v1/models`` lists as
-            ``id``), read from a command line (expanded) and the unit's environment; () when the
-            command line does not tell (the config's ``models`` then must).
         native_routes: the kind's own inference routes beside the OpenAI ones (``/v1/...``), which
             the front door forwards too (``/completion``, ``/tokenize``, ...): exact paths.  Its
             administrative routes (slots, props, metrics) are left out on purpose.
+        served_models: the model names the server answers to (what its ``/v1/models`` lists as
+            ``id``), read from a command line (expanded) and the unit's environment; () when the
+            command line does not tell (the config's ``models`` then must).
     """
 
     name: str
@@ -83,5 +83,5 @@ class Kind:
     api_key_env: str | None = None
     checkpoint_dir: Callable[[Sequence[str]], str | None] = no_checkpoint
     doctor: KindRules | None = None
-    served_models: Callable[[Sequence[str], Mapping[str, str]], tuple[str, ...]] = no_models
     native_routes: tuple[str, ...] = ()
+    served_models: Callable[[Sequence[str], Mapping[str, str]], tuple[str, ...]] = no_models

@@ -102,6 +102,6 @@ KIND = Kind(
     warmup_body={"prompt": WARMUP_PROMPT, "n_predict": WARMUP_TOKENS, "stream": True},
     api_key_env="LLAMA_API_KEY",
     doctor=KindRules(DEFAULT_PORT, launch_rules, model_paths),
-    served_models=served_models,
     native_routes=NATIVE_ROUTES,
+    served_models=served_models,
 )

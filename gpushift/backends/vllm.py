@@ -236,6 +236,6 @@ KIND = Kind(
     api_key_env="VLLM_API_KEY",
     checkpoint_dir=checkpoint_dir,
     doctor=KindRules(DEFAULT_PORT, launch_rules, model_paths, stop_rules),
-    served_models=served_models,
     native_routes=NATIVE_ROUTES,
+    served_models=served_models,
 )

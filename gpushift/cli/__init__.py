@@ -44,6 +44,11 @@ _LAZY = {
         "fleet",
         "All hosts of the fleet, from one database.",
     ),
+    "frontdoor": (
+        "gpushift.cli.frontdoor",
+        "frontdoor",
+        "Run the front door: one address for models.",
+    ),
 }
 
 
