@@ -48,6 +48,10 @@ class Backend(Protocol):
 
     def status_json(self) -> str: ...
 
+    def summary_json(self) -> str:
+        """The status page's redacted summary as JSON (from memory, no I/O)."""
+        ...
+
     def switch(self, backend: str, options: dict[str, Any], caller: Caller) -> str: ...
 
     def cancel(self, caller: Caller) -> str: ...
@@ -65,6 +69,11 @@ class Backend(Protocol):
 #: flood of calls then costs the loop a reply each, not a status each.  Shorter than a CLI's start,
 #: so a `gpushift status` run after `gpushift switch` exited never gets a document from before.
 STATUS_REUSE_S = 0.05
+
+#: How long one computed summary answers GetSummary, whatever the traffic and whatever changed: the
+#: status page's data is refreshed at most this often (the page learns of a switch from the
+#: properties, which are announced at once).
+SUMMARY_REUSE_S = 2.0
 
 #: The properties and the values they have before anything was computed (the XML documents them).
 PROPERTY_DEFAULTS: dict[str, Any] = {
@@ -120,6 +129,8 @@ class SwitcherService:
         self._values: dict[str, Any] = dict(PROPERTY_DEFAULTS)
         self._failing = False
         self._status: tuple[float, str] | None = None  # (monotonic time computed, the JSON) for GetStatus
+        self._summary: tuple[float, str] | None = None  # the same for GetSummary
+        self.clock: Callable[[], float] = time.monotonic  # GetSummary's (a test sets its own)
         if backend is not None:  # the values before anything is announced: then only changes go out
             self._compute()
 
@@ -203,6 +214,19 @@ class SwitcherService:
             return cached[1]
         text = self._backend.status_json()
         self._status = (time.monotonic(), text)
+        return text
+
+    @_handler
+    def GetSummary(self) -> str:
+        """The status page's redacted summary (no argv, environment, key, PID, user or reason can
+        be in it: ``gpushift/statuspage/summary.py``), computed at most once per
+        :data:`SUMMARY_REUSE_S`: any user may call it, as often as they like."""
+        now = self.clock()
+        cached = self._summary
+        if cached is not None and now - cached[0] < SUMMARY_REUSE_S:
+            return cached[1]
+        text = self._backend.summary_json()
+        self._summary = (self.clock(), text)
         return text
 
     # A switch's arguments are checked (dbus_args.check, with gpushift.config.validate's rules) after the

@@ -27,6 +27,7 @@ from gpushift.bus.names import BUS_NAME
 from gpushift.config import schema as config_mod
 from gpushift.daemon import exporter, wiring
 from gpushift.daemon.clockwork import Clockwork
+from gpushift.daemon.pagedata import PageData
 from gpushift.daemon.relay import SignalRelay
 from gpushift.daemon.settings import ConfigOnDisk, load_schedule_of, parse_until, reloadable, watch_settings
 from gpushift.daemon.watch import BackendWatcher
@@ -62,6 +63,7 @@ class Daemon:
         self._service: Any = None
         self._publication: Any = None
         self.relay = SignalRelay(self)  # the switch's events -> the bus's signals
+        self.pages = PageData()  # the status page's redacted summary (GetSummary)
         from gpushift.host.sdnotify import Notifier
 
         self.notify = Notifier()
@@ -196,6 +198,10 @@ class Daemon:
 
     def status_json(self) -> str:
         return json.dumps(self.status(), default=str)
+
+    def summary_json(self) -> str:
+        """The status page's redacted summary (``gpushift/statuspage/summary.py``), from memory."""
+        return self.pages.summary_json(self)
 
     def switch(self, backend: str, options: dict[str, Any], caller: Caller) -> str:
         self.config_on_disk.check()  # a broken file on disk refuses the switch (the CLI does not check)
