@@ -280,3 +280,40 @@ def build(
         "frontdoor": _frontdoor(status, name),
         "week": week_part(week, name),
     }
+
+
+def with_live(
+    summary: Mapping[str, Any],
+    active: str | None = None,
+    switching: bool | None = None,
+    target: str = "",
+    phase: str = "",
+    frontdoor: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``summary`` with what the front door knows sooner laid over it, by the same rules: who serves
+    and the switch in flight from the daemon's properties (``active`` None: not known; ``""``
+    unknown), the held and in-flight requests from the front door itself."""
+    names = [b.get("name") for b in summary.get("backends") or () if isinstance(b, Mapping)]
+    name = _Names([n for n in names if isinstance(n, str)])
+    out = dict(summary)
+    serving = _dict(summary.get("serving"))
+    if active is not None:
+        backend = name(active)
+        since = serving.get("since") if backend == serving.get("backend") else None
+        out["serving"] = {"backend": backend, "since": since}
+    if switching is not None:
+        was = _dict(summary.get("switch"))
+        out["switch"] = (
+            {
+                "from": was.get("from") if was else name(serving.get("backend")),
+                "to": name(target),
+                "phase": _one_of(phase, _PHASES),
+                "trigger": was.get("trigger"),
+                "elapsed_s": was.get("elapsed_s") if was.get("to") == name(target) else None,
+            }
+            if switching
+            else None
+        )
+    if frontdoor is not None:
+        out["frontdoor"] = _frontdoor({"frontdoor": frontdoor}, name)
+    return out
