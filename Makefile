@@ -66,7 +66,7 @@ test-pythons: venv
 	  env=.venv-$$v; \
 	  if [ ! -f $$env/.installed ] || [ pyproject.toml -nt $$env/.installed ]; then \
 	    $$py -m venv $$env && $$env/bin/pip install -q --upgrade pip && \
-	    $$env/bin/pip install -q pytest pytest-timeout hypothesis "apscheduler>=3.11.2,<4" click structlog psutil nvidia-ml-py "prometheus-client>=0.17" "jeepney>=0.8" "tomli>=2; python_version<'3.11'" && \
+	    $$env/bin/pip install -q pytest pytest-timeout hypothesis "apscheduler>=3.11.2,<4" click structlog psutil nvidia-ml-py "prometheus-client>=0.17" "jeepney>=0.8" "aiohttp>=3.9" "tomli>=2; python_version<'3.11'" && \
 	    $$env/bin/pip install -q --no-deps -e . && touch $$env/.installed || exit 1; \
 	  fi; \
 	  echo "== unit tests on $$($$env/bin/python --version)"; \

@@ -59,6 +59,9 @@ class Kind:
         api_key_env: the environment variable the server reads its API key from.
         checkpoint_dir: the local model directory whose ``config.json`` the doctor reads.
         doctor: the doctor's rules for the kind; None: only the rules for every backend.
+        native_routes: the kind's own inference routes beside the OpenAI ones (``/v1/...``), which
+            the front door forwards too (``/completion``, ``/tokenize``, ...): exact paths.  Its
+            administrative routes (slots, props, metrics) are left out on purpose.
     """
 
     name: str
@@ -72,3 +75,4 @@ class Kind:
     api_key_env: str | None = None
     checkpoint_dir: Callable[[Sequence[str]], str | None] = no_checkpoint
     doctor: KindRules | None = None
+    native_routes: tuple[str, ...] = ()

@@ -24,6 +24,22 @@ IN_FLIGHT_GAUGES = ("llamacpp:requests_processing", "llamacpp:requests_deferred"
 
 _SPLIT = ("-sm", "--split-mode")
 
+#: Its own inference routes the front door forwards (llama.cpp's server README, "API Endpoints":
+#: https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md); not ``/slots`` (it can save and restore a slot's cache to files), ``/props`` (it
+#: can change the server's settings), ``/metrics`` nor ``/lora-adapters``.
+NATIVE_ROUTES = (
+    "/completion",
+    "/completions",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/embedding",
+    "/embeddings",
+    "/reranking",
+    "/rerank",
+    "/infill",
+)
+
 
 def launch_rules(launch: Launch) -> list[Finding]:
     """``--split-mode none`` leaves every GPU but the main one idle."""
@@ -70,4 +86,5 @@ KIND = Kind(
     warmup_body={"prompt": WARMUP_PROMPT, "n_predict": WARMUP_TOKENS, "stream": True},
     api_key_env="LLAMA_API_KEY",
     doctor=KindRules(DEFAULT_PORT, launch_rules, model_paths),
+    native_routes=NATIVE_ROUTES,
 )

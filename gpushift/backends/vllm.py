@@ -207,6 +207,13 @@ def checkpoint_dir(args: Sequence[str]) -> str | None:
     return cmdline.vllm_model(args)
 
 
+#: Its own inference routes beside ``/v1/...`` the front door forwards (vLLM's "OpenAI-Compatible
+#: Server" page, https://docs.vllm.ai/en/latest/serving/openai_compatible_server.html: the tokenizer,
+#: pooling, classification, score and re-rank APIs); not ``/metrics``,
+#: ``/version``, nor the development routes.
+NATIVE_ROUTES = ("/tokenize", "/detokenize", "/pooling", "/classify", "/score", "/rerank", "/v2/rerank")
+
+
 KIND = Kind(
     name=NAME,
     prewarm_paths=prewarm_paths,
@@ -219,4 +226,5 @@ KIND = Kind(
     api_key_env="VLLM_API_KEY",
     checkpoint_dir=checkpoint_dir,
     doctor=KindRules(DEFAULT_PORT, launch_rules, model_paths, stop_rules),
+    native_routes=NATIVE_ROUTES,
 )

@@ -46,19 +46,19 @@ def _calls_of_request() -> set[tuple[str, str, str]]:
     return found
 
 
-#: ``.request(`` calls that are not a switcher's: http.client connections, by the names they have.
-HTTP_CONNECTIONS = {"conn", "connection", "http"}
+#: ``.request(`` calls that are not a switcher's: http.client connections and the front door's aiohttp
+#: client session, by the names they have.
+HTTP_CONNECTIONS = {"conn", "connection", "http", "session"}
 
 
 def test_only_the_keepers_executor_calls_the_switchers_request() -> None:
     calls = _calls_of_request()
     switchers = {c for c in calls if c[2].rsplit(".", 1)[-1] not in HTTP_CONNECTIONS}
     assert switchers == {("gpushift/keeper/keeper.py", "Keeper._start", "self.switcher")}
-    # every other one is an http.client connection (the warm-up's exchange, the webhook's POST)
+    # every other one is an HTTP client (the warm-up's exchange, the webhook's POST, the front door's forward)
     others = calls - switchers
-    assert others and all(p.startswith(("gpushift/backends/", "gpushift/notify/")) for p, _f, _r in others), (
-        others
-    )
+    where = ("gpushift/backends/", "gpushift/notify/", "gpushift/frontdoor/")
+    assert others and all(p.startswith(where) for p, _f, _r in others), others
 
 
 class RecordingSwitcher:
