@@ -39,6 +39,11 @@ _LAZY = {
         "check",
         "Check config, units and GPUs before a switch.",
     ),
+    "frontdoor": (
+        "gpushift.cli.frontdoor",
+        "frontdoor",
+        "Run the front door: one address for models.",
+    ),
 }
 
 

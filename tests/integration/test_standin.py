@@ -267,3 +267,104 @@ def test_standin_health_control_fails_hangs_and_recovers(run_standin, wait_for):
     assert _get(s.url("/health"))[0] == 200
     with pytest.raises(urllib.error.HTTPError):
         _post(s.url("/_standin/health"), {"mode": "sideways"})
+
+
+# ------------------------------------------------------------------ the OpenAI routes (the front door's upstream)
+
+
+def _sse(url: str, body: dict[str, Any], timeout_s: float = 30.0) -> tuple[int, dict[str, str], list[str]]:
+    """POST, read a server-sent-event answer to its end: (status, headers, each ``data:`` payload)."""
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        text = r.read().decode()
+        headers = {k.lower(): v for k, v in r.headers.items()}
+        status = r.status
+    events = [block for block in text.split("\n\n") if block]
+    assert all(e.startswith("data: ") for e in events), text
+    return status, headers, [e[len("data: ") :] for e in events]
+
+
+def test_standin_lists_its_served_model_names_like_vllm(run_standin, wait_for):
+    s = run_standin("--served-model-name", "qwen-day", "qwen")
+    s.wait_listening(wait_for)
+    status, body = _get(s.url("/v1/models"))
+    listed = json.loads(body)
+    assert status == 200 and listed["object"] == "list"
+    assert [m["id"] for m in listed["data"]] == ["qwen-day", "qwen"]
+    assert all(m["object"] == "model" for m in listed["data"])
+
+
+def test_standin_lists_an_alias_like_llama_server_and_defaults_to_standin(run_standin, wait_for):
+    a = run_standin("--alias", "llama-night")
+    b = run_standin()
+    a.wait_listening(wait_for)
+    b.wait_listening(wait_for)
+    assert [m["id"] for m in json.loads(_get(a.url("/v1/models"))[1])["data"]] == ["llama-night"]
+    assert [m["id"] for m in json.loads(_get(b.url("/v1/models"))[1])["data"]] == ["standin"]
+
+
+def test_standin_streams_chat_completions_as_server_sent_events(run_standin, wait_for):
+    s = run_standin("--served-model-name", "qwen")
+    s.wait_listening(wait_for)
+    body = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "stream": True, "chunks": 5}
+    status, headers, events = _sse(s.url("/v1/chat/completions"), body)
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    assert headers["x-standin-port"] == str(s.port)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" and c["model"] == "qwen" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    content = [c["choices"][0]["delta"].get("content") for c in chunks[1:-1]]
+    assert len(content) == 5 and all(content)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_standin_streams_completions_with_the_bodys_count_and_interval(run_standin, wait_for):
+    s = run_standin("--chunks", "2")
+    s.wait_listening(wait_for)
+    status, _h, events = _sse(s.url("/v1/completions"), {"prompt": "x", "stream": True})
+    assert status == 200 and len(events) == 3 and events[-1] == "[DONE]"  # --chunks 2, then [DONE]
+    t0 = time.monotonic()
+    body = {"prompt": "x", "stream": True, "max_tokens": 4, "chunk_interval_s": 0.2}
+    status, _h, events = _sse(s.url("/v1/completions"), body)
+    assert time.monotonic() - t0 >= 0.6  # three pauses between four chunks: a lower bound only
+    texts = [json.loads(e)["choices"][0]["text"] for e in events[:-1]]
+    assert len(texts) == 4 and all(texts) and events[-1] == "[DONE]"
+    assert json.loads(events[-2])["choices"][0]["finish_reason"] == "stop"
+
+
+def test_standin_answers_chat_whole_and_refuses_a_model_it_does_not_serve(run_standin, wait_for):
+    s = run_standin("--served-model-name", "qwen")
+    s.wait_listening(wait_for)
+    status, answer = _post(s.url("/v1/chat/completions"), {"model": "qwen", "messages": []})
+    assert status == 200 and answer["object"] == "chat.completion"
+    assert (
+        answer["choices"][0]["message"]["role"] == "assistant" and answer["choices"][0]["message"]["content"]
+    )
+    with pytest.raises(urllib.error.HTTPError) as e:
+        _post(s.url("/v1/chat/completions"), {"model": "llama", "messages": []})
+    assert e.value.code == 404
+    error = json.loads(e.value.read())["error"]
+    assert error["type"] == "NotFoundError" and "llama" in error["message"]
+
+
+def test_standin_counts_a_stream_as_running_until_its_client_goes(run_standin, wait_for):
+    s = run_standin()
+    s.wait_listening(wait_for)
+    import socket
+
+    body = json.dumps({"prompt": "x", "stream": True, "chunks": 1000, "chunk_interval_s": 0.05}).encode()
+    client = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    client.sendall(head.encode() + body)
+    first = b""
+    while b"data: " not in first:  # the stream has begun
+        first += client.recv(4096)
+    assert first.startswith(b"HTTP/1.0 200"), first
+    running = lambda: _metric(_get(s.url("/metrics"))[1], "standin:requests_running")  # noqa: E731
+    assert running() == 1
+    client.close()  # the client goes away mid-stream
+    wait_for(lambda: running() == 0, 10, "the aborted stream to stop running", s.log_text)
+    wait_for(lambda: "stream aborted by the client" in s.log_text(), 10, "the abort in the log", s.log_text)

@@ -10,8 +10,11 @@ Endpoints:
     GET  /version         ``{"version": V}``
     GET  /metrics         Prometheus text: ``standin:requests_running`` and the vLLM names
                           ``vllm:num_requests_running`` / ``vllm:num_requests_waiting``
+    GET  /v1/models       the served model names (``--served-model-name``, ``--alias``), as vLLM
     POST /v1/completions  sleeps ``--request-seconds`` (or the body's ``"sleep"``), counted as running
-                          meanwhile, then answers a small OpenAI-shaped completion
+                          meanwhile, then answers a small OpenAI-shaped completion; with
+                          ``"stream": true`` server-sent events (``tests.support.standin_openai``)
+    POST /v1/chat/completions  the same for chat (``chat.completion`` and its chunks)
     POST /control         a test's remote control: ``{"exit": N}`` exits with status N (a backend
                           dying by itself; vLLM can exit 0 when its engine dies), ``{"health": M}`` the
                           same as POST /_standin/health below (``fail``: a wedged backend)
@@ -54,7 +57,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -62,6 +64,9 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from tests.support import standin_openai
+from tests.support.standin_holders import leave_orphan, write_witness
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 # The Environment= assignment a stand-in unit needs: ``tests.support`` is importable from the checkout
@@ -101,6 +106,18 @@ class StandinState:
         if not getattr(args, "load_model", False):
             self.model_loaded.set()
 
+    def begin(self) -> int:
+        """A request starts running; its number (1, 2, ...)."""
+        with self.lock:
+            self.running += 1
+            return self.served + self.running
+
+    def end(self) -> None:
+        """A request stops running (answered, or its client went away)."""
+        with self.lock:
+            self.running -= 1
+            self.served += 1
+
     @property
     def ready(self) -> bool:
         loaded = time.monotonic() - self.started >= self.args.start_delay and self.model_loaded.is_set()
@@ -127,11 +144,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        self.send_header("x-standin-port", str(self.state.args.port))
         self.end_headers()
         self.wfile.write(body)
 
     def _json(self, status: int, obj: Any) -> None:
         self._send(status, json.dumps(obj).encode())
+
+    send_json = _json  # what tests.support.standin_openai calls
 
     def do_GET(self) -> None:
         st = self.state
@@ -149,6 +169,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(503, {"status": "loading", "error": {"message": "Loading model", "code": 503}})
         elif path == "/version":
             self._json(200, {"version": st.args.version})
+        elif path == "/v1/models":
+            self._json(200, standin_openai.models_body(st.args))
         elif path == "/metrics":
             with st.lock:
                 running, served = st.running, st.served
@@ -169,23 +191,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, text.encode(), "text/plain; version=0.0.4")
         else:
             self._json(404, {"error": f"no such path {path}"})
-
-    def _stream(self, n: int) -> None:
-        """An OpenAI-style streamed completion: three server-sent chunks, then ``[DONE]``."""
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        for word in (" stand", "-in", " reply"):
-            chunk = {
-                "id": f"cmpl-standin-{n}",
-                "object": "text_completion",
-                "choices": [{"index": 0, "text": word}],
-            }
-            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            self.wfile.flush()
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
-        self.close_connection = True
 
     def _control(self, body: dict[str, Any]) -> None:
         st = self.state
@@ -223,7 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/_standin/health":
             self._set_health_mode()
             return
-        if path not in ("/v1/completions", "/control"):
+        if path not in ("/v1/completions", "/v1/chat/completions", "/control"):
             self._json(404, {"error": f"no such path {path}"})
             return
         length = int(self.headers.get("Content-Length") or 0)
@@ -235,37 +240,17 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/control":
             self._control(body)
             return
+        refused = standin_openai.refusal(st.args, body)
+        if refused is not None:
+            self._json(*refused)
+            return
         if not st.ready:
             self._json(503, {"error": "model is loading"})
             return
         if st.args.fail_completions:
             self._json(500, {"error": {"message": "engine dead (--fail-completions)", "code": 500}})
             return
-        seconds = float(body.get("sleep", st.args.request_seconds))
-        with st.lock:
-            st.running += 1
-        try:
-            time.sleep(seconds)
-        finally:
-            with st.lock:
-                st.running -= 1
-                st.served += 1
-        if body.get("stream") is True:
-            self._stream(st.served)
-            return
-        self._json(
-            200,
-            {
-                "id": f"cmpl-standin-{st.served}",
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": body.get("model", "standin"),
-                "choices": [
-                    {"index": 0, "text": " stand-in reply", "finish_reason": "stop", "logprobs": None}
-                ],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
-            },
-        )
+        standin_openai.serve(self, st, path == "/v1/chat/completions", body, log)
 
 
 def make_server(args: argparse.Namespace) -> tuple[ThreadingHTTPServer, StandinState]:
@@ -275,124 +260,6 @@ def make_server(args: argparse.Namespace) -> tuple[ThreadingHTTPServer, StandinS
     server = ThreadingHTTPServer((args.host, args.port), handler)
     server.daemon_threads = True  # in-flight requests do not hold up the exit (vLLM aborts them too)
     return server, state
-
-
-def _own_cgroup(pid: int | str = "self") -> str | None:
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    # The cgroup v2 line, else the v1 name=systemd one: where systemd tracks a unit's processes.
-    for line in lines:
-        if line.startswith("0::"):
-            return line[3:]
-    for line in lines:
-        if ":name=systemd:" in line:
-            return line.split(":", 2)[2]
-    return None
-
-
-def _holds(pid: int, path: str) -> bool:
-    target = os.path.realpath(path)
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                return True
-    return False
-
-
-def other_holders(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """Every process but this one holding one of ``paths`` open: pid, name, cgroup, which paths."""
-    me = os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        pid = int(entry)
-        held = [p for p in paths if _holds(pid, p)]
-        if not held:
-            continue
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                comm = f.read().strip()
-        except OSError:
-            comm = "?"
-        found.append({"pid": pid, "comm": comm, "cgroup": _own_cgroup(pid), "paths": held})
-    return found
-
-
-def write_witness(path: str, devices: Sequence[str]) -> None:
-    """Append what this process saw at its start (see ``--witness``) as one JSON line to ``path``."""
-    record = {
-        "pid": os.getpid(),
-        "cgroup": _own_cgroup(),
-        "time": time.time(),
-        "devices": list(devices),
-        "others": other_holders(devices),
-    }
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (json.dumps(record) + "\n").encode())  # one write: lines never interleave
-    finally:
-        os.close(fd)
-
-
-def leave_orphan(path: str, pid_file: str | None, timeout_s: float = 25.0) -> int | None:
-    """Start a holder of ``path`` in a transient scope (outside this unit's cgroup) and wait until it holds.
-
-    Returns:
-        The orphan's pid, or None when it could not be made (the reason is logged).
-    """
-    unit = f"standin-orphan-{os.getpid()}"
-    argv = [
-        "systemd-run",
-        "--user",
-        "--scope",
-        "--quiet",
-        f"--unit={unit}",
-        "--description=stand-in orphan holding a GPU device",
-        "--",
-        sys.executable,
-        "-m",
-        "gpushift.host.simgpu",
-        "hold",
-        path,
-    ]
-    # systemd-run --scope moves itself into the new scope, then execs the holder: same pid.  Until it
-    # has moved it is still in this unit's cgroup, where systemd's SIGTERM to every process of the
-    # unit reaches it too ("systemd-run exited with -15"): it ignores SIGTERM until the holder, which
-    # installs its own handler, runs.
-    child = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=sys.stdout,
-        stderr=sys.stdout,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN),
-    )
-    mine = _own_cgroup()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            log(f"orphan: systemd-run exited with {child.returncode}; no orphan left")
-            return None
-        theirs = _own_cgroup(child.pid)
-        if theirs is not None and theirs != mine and _holds(child.pid, path):
-            log(f"orphan pid {child.pid} holding {path} in {theirs}")
-            if pid_file:
-                tmp = pid_file + ".tmp"
-                with open(tmp, "w") as f:
-                    f.write(f"{child.pid}\n")
-                os.replace(tmp, pid_file)
-            return child.pid
-        time.sleep(0.05)
-    log(f"orphan: pid {child.pid} did not reach its own scope holding {path} within {timeout_s:g} s")
-    return None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -430,6 +297,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--api-key", metavar="KEY", help="accepted as vLLM's is (a credential on the command line)"
     )
+    p.add_argument(
+        "--served-model-name",
+        metavar="NAME",
+        nargs="+",
+        action="extend",
+        help="names /v1/models lists (vLLM)",
+    )
+    p.add_argument("--alias", metavar="NAME", action="append", help="a name /v1/models lists (llama-server)")
+    p.add_argument("--chunks", type=int, default=3, help="content chunks of a streamed answer")
+    p.add_argument("--chunk-interval", type=float, default=0.0, help="seconds between two chunks")
     return p.parse_args(argv)
 
 
@@ -464,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def on_sigterm(signum: int, frame: object) -> None:
         if args.orphan_on_sigterm:
-            leave_orphan(args.orphan_on_sigterm, args.orphan_pid_file)
+            leave_orphan(args.orphan_on_sigterm, args.orphan_pid_file, log)
         log("SIGTERM: stopping")
         stop.set()
 
