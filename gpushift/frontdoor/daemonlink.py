@@ -121,6 +121,25 @@ class DaemonLink:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.backoff.pause())
 
+    async def get_summary(self) -> str:
+        """``Switcher1.GetSummary()``: the status page's redacted summary, as JSON text
+        (``frontdoor/page.py`` asks at most every 2 s).
+
+        Raises:
+            BusClosed: no bus connection now.
+            CallFailed: the daemon answered with an error, or not within the call timeout.
+        """
+        conn = self._conn
+        if conn is None:
+            raise BusClosed("not connected to the bus")
+        switcher = DBusAddress(
+            properties.SWITCHER_PATH,
+            bus_name=properties.SWITCHER_BUS_NAME,
+            interface=properties.SWITCHER_INTERFACE,
+        )
+        reply = await conn.call(new_method_call(switcher, "GetSummary"), self.call_timeout_s)
+        return str(reply.body[0])
+
     async def stop(self) -> None:
         self._stopping.set()
         conn = self._conn

@@ -94,6 +94,9 @@ async def run(config: Any, sockets: list[ListenSocket], log: Any, notifier: Any 
         return EXIT_NO_SOCKETS
     listening = [s.address for s in sockets] or list(config.frontdoor.listen)
     link = DaemonLink(core, config.daemon.bus, log, call_timeout_s=config.frontdoor.bus_timeout_s)
+    from gpushift.frontdoor.page import StatusPage, SummarySource
+
+    core.status_page = StatusPage(SummarySource(link.get_summary, log=log), core)  # /gpushift/
     linked = asyncio.ensure_future(link.run())
     log.info(
         "frontdoor_serving",

@@ -143,17 +143,20 @@ def _frontdoor(summary: Mapping[str, Any]) -> str:
 
 
 def render(summary: Mapping[str, Any], stale_since: str | None = None) -> str:
-    """The page.  ``stale_since``: the daemon has not answered since then (UTC ISO); what it last
-    said is shown under a warning."""
+    """The page.  ``stale_since``: the daemon has not answered since then (UTC ISO; ``""``: never);
+    what it last said is shown under a warning."""
     tz = zone_of(summary)
     serving = (summary.get("serving") or {}).get("backend")
     title = f"gpushift: {serving}" if serving else "gpushift"
-    stale = (
-        f'<p class="stale" id="stale">The gpushift daemon has not answered since {when(stale_since, tz)}: '
-        "this is what it said then.</p>"
-        if stale_since
-        else ""
-    )
+    if stale_since == "":
+        stale = '<p class="stale" id="stale">The gpushift daemon is not answering: nothing is known yet.</p>'
+    elif stale_since:
+        stale = (
+            f'<p class="stale" id="stale">The gpushift daemon has not answered since {when(stale_since, tz)}: '
+            "this is what it said then.</p>"
+        )
+    else:
+        stale = ""
     zone = (summary.get("week") or {}).get("zone") or "UTC"
     main = "".join(
         [
