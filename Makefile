@@ -19,8 +19,9 @@ STAMP := $(VENV)/.installed
 PYENV_ROOT ?= /root/.pyenv
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
+# chromium: the status page's tests open the page in a real headless browser (tests/support/chromium.py).
 APT_PACKAGES := systemd dbus dbus-daemon libgirepository1.0-dev libcairo2-dev pkg-config gcc \
-	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base curl
+	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base curl chromium
 # Installed without their recommended packages: prometheus (with promtool) for the metrics tests,
 # which start a private Prometheus of their own (not node_exporter, which it recommends).  On a host
 # booted with systemd the package also enables its own prometheus.service; the tests never use it.
