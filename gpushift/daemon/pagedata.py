@@ -11,6 +11,7 @@ summary at most every :data:`~gpushift.bus.service.SUMMARY_REUSE_S`, whatever th
 from __future__ import annotations
 
 import json
+import threading
 from datetime import datetime, timezone
 from typing import Any
 
@@ -33,10 +34,19 @@ def overlay_of(override: Any) -> Overlay | None:
 
 
 class PageData:
-    """The summary of one daemon (``d``: the :class:`~gpushift.daemon.core.Daemon`)."""
+    """The summary of one daemon (``d``: the :class:`~gpushift.daemon.core.Daemon`).
 
-    def __init__(self) -> None:
+    The week's layout costs milliseconds for a usual schedule and up to about a second for the
+    largest one accepted (1,000 entries, thousands of stretches a week), which the daemon's loop
+    thread must not wait for: once a layout exists, a new one (another override, another day) is
+    made on a thread of its own (``background``) while the summary goes on with the one before.
+    """
+
+    def __init__(self, background: bool = True) -> None:
+        self.background = background
         self._week: tuple[tuple[Any, ...], Week] | None = None
+        self._making: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     def week(self, d: Any, now: datetime) -> Week | None:
         sched = d.schedule
@@ -51,7 +61,18 @@ class PageData:
             and (overlay is None or overlay.until is None or now < overlay.until)
         ):
             return kept[1]
-        week = lay_out(sched, key[2], WEEK_DAYS, now=now, overlay=overlay)
+        if kept is None or not self.background:
+            return self._make(sched, key, now)
+        with self._lock:
+            if self._making is None or not self._making.is_alive():
+                self._making = threading.Thread(
+                    target=self._make, args=(sched, key, now), name="pagedata-week", daemon=True
+                )
+                self._making.start()
+        return kept[1]
+
+    def _make(self, sched: Any, key: tuple[Any, ...], now: datetime) -> Week:
+        week = lay_out(sched, key[2], WEEK_DAYS, now=now, overlay=key[1])
         self._week = (key, week)
         return week
 

@@ -32,6 +32,8 @@ from gpushift.statuspage.timeline import SCRIPT
 PREFIX = "/gpushift"
 #: The summary is fetched from the daemon at most this often.
 FETCH_EVERY_S = 2.0
+#: The page is rendered again at least this often (the front door's held and in-flight counts).
+RENDER_EVERY_S = 1.0
 UTC = timezone.utc
 
 _SCRIPT_HASH = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
@@ -119,9 +121,16 @@ class StatusPage:
     """The routes under :data:`PREFIX`; ``door`` is the front door (its ``view``, ``status()``,
     ``config``)."""
 
-    def __init__(self, source: SummarySource, door: Any) -> None:
+    def __init__(
+        self, source: SummarySource, door: Any, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self.source = source
         self.door = door
+        self._monotonic = monotonic
+        self.renders = 0
+        # kind ("html", "json") -> (when, what it was made from, the text): a flood of requests
+        # costs one rendering a second (the front door's counts), or one per change of who serves.
+        self._made: dict[str, tuple[float, tuple[Any, ...], str]] = {}
 
     @staticmethod
     def wants(path: str) -> bool:
@@ -152,12 +161,34 @@ class StatusPage:
             return web.Response(status=308, headers={"Location": PREFIX + "/", **HEADERS})
         if path not in (PREFIX + "/", PREFIX + "/index.html", PREFIX + "/status.json"):
             return _plain(404, f"no such page: {PREFIX}/ and {PREFIX}/status.json are served here\n")
-        doc, stale = await self.data()
-        if path.endswith("status.json"):
-            body, ctype = page.status_json(doc, stale), "application/json"
-        else:
-            body, ctype = page.render(doc, stale), "text/html"
+        kind = "json" if path.endswith("status.json") else "html"
+        body = await self.text(kind)
+        ctype = "application/json" if kind == "json" else "text/html"
         return web.Response(body=body.encode(), content_type=ctype, charset="utf-8", headers=HEADERS)
+
+    async def text(self, kind: str) -> str:
+        """The page (``html``) or ``status.json`` (``json``), made again when the summary, who
+        serves or the switch changed, and at least every :data:`RENDER_EVERY_S` (the counts)."""
+        await self.source.get()
+        v = self.door.view
+        key = (
+            id(self.source.summary),
+            self.source.stale_since,
+            v.connected,
+            v.active,
+            v.switching,
+            v.target,
+            v.phase,
+        )
+        made = self._made.get(kind)
+        now = self._monotonic()
+        if made is not None and made[1] == key and now - made[0] < RENDER_EVERY_S:
+            return made[2]
+        doc, stale = await self.data()
+        text = page.status_json(doc, stale) if kind == "json" else page.render(doc, stale)
+        self.renders += 1
+        self._made[kind] = (now, key, text)
+        return text
 
 
 def _plain(status: int, text: str, extra: dict[str, str] | None = None) -> web.Response:

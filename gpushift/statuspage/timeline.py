@@ -144,27 +144,25 @@ def _day_marks(i: int, day: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _stretch_group(k: int, s: Mapping[str, Any], days: Sequence[Mapping[str, Any]], paint: Mapping[str, str],
+def _stretch_group(s: Mapping[str, Any], pieces: Sequence[tuple[int, Mapping[str, Any]]], paint: Mapping[str, str],
                    marks: Mapping[str, str], tz: ZoneInfo | None) -> str:  # fmt: skip
+    """One stretch's ``<g>``: ``pieces`` are (day index, piece) of it."""
     backend = s.get("backend")
     source = str(s.get("source") or "schedule")
     fill = paint.get(str(backend), "#ffffff")
     marked = source != "schedule"
     rects = []
-    for i, day in enumerate(days):
-        for p in day.get("pieces") or ():
-            if p.get("stretch") != k:
-                continue
-            x0, x1, y = _x(p["x0"]), _x(p["x1"]), TOP + i * ROW_H
-            edge = ' stroke="#222" stroke-width="1.5"' if marked else ""
+    for i, p in pieces:
+        x0, x1, y = _x(p["x0"]), _x(p["x1"]), TOP + i * ROW_H
+        edge = ' stroke="#222" stroke-width="1.5"' if marked else ""
+        rects.append(
+            f'<rect x="{x0:.1f}" y="{y + 3}" width="{max(0.5, x1 - x0):.1f}" height="{ROW_H - 6}" fill="{fill}"{edge}/>'
+        )
+        letter = marks.get(str(backend), "-" if backend == "off" else "?")
+        if p.get("begins") and x1 - x0 >= 9:
             rects.append(
-                f'<rect x="{x0:.1f}" y="{y + 3}" width="{max(0.5, x1 - x0):.1f}" height="{ROW_H - 6}" fill="{fill}"{edge}/>'
+                f'<text x="{x0 + 2:.1f}" y="{y + 16}">{esc(letter.upper() if marked else letter)}</text>'
             )
-            letter = marks.get(str(backend), "-" if backend == "off" else "?")
-            if p.get("begins") and x1 - x0 >= 9:
-                rects.append(
-                    f'<text x="{x0 + 2:.1f}" y="{y + 16}">{esc(letter.upper() if marked else letter)}</text>'
-                )
     label = s.get("exception") or source
     title = f"{backend or 'nothing'} ({label}): {_plain_time(s.get('from'), tz)} to {_plain_time(s.get('until'), tz)}"
     return (
@@ -201,8 +199,12 @@ def timeline(summary: Mapping[str, Any]) -> str:
         "</pattern></defs>",
         *_axis(len(days)),
     ]
+    by_stretch: dict[Any, list[tuple[int, Mapping[str, Any]]]] = {}
+    for i, day in enumerate(days):
+        for p in day.get("pieces") or ():
+            by_stretch.setdefault(p.get("stretch"), []).append((i, p))
     for k, s in enumerate(week.get("stretches") or ()):
-        parts.append(_stretch_group(k, s, days, paint, marks, tz))
+        parts.append(_stretch_group(s, by_stretch.get(k, []), paint, marks, tz))
     for i, day in enumerate(days):  # over the stretches: the clock's changes stay visible
         parts += _day_marks(i, day)
     now = _instant(summary.get("generated_at"))

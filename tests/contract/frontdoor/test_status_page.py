@@ -58,7 +58,7 @@ def served(door_factory: Callable[..., Door]) -> tuple[Door, DaemonStandIn, list
     source = SummarySource(daemon.get_summary, monotonic=lambda: clock[0], wall=lambda: NOW.timestamp())
 
     def attach() -> None:
-        door.fd.status_page = StatusPage(source, door.fd)
+        door.fd.status_page = StatusPage(source, door.fd, monotonic=lambda: clock[0])
 
     door.loop.call(attach)
     return door, daemon, clock, source
@@ -95,6 +95,7 @@ def test_the_summary_is_fetched_at_most_every_2_s_whatever_the_traffic(served: A
     for _ in range(40):
         assert get(door, "/gpushift/status.json")[0] == 200
     assert daemon.calls == 1
+    assert door.fd.status_page.renders == 1  # the flood within a second: one rendering
     clock[0] += FETCH_EVERY_S - 0.01
     get(door, "/gpushift/")
     assert daemon.calls == 1

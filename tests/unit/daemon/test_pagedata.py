@@ -43,7 +43,7 @@ def fake_daemon(override: Override | None = None) -> Any:
 
 
 def test_the_summary_has_the_week_the_rows_and_nothing_of_the_rows_argv() -> None:
-    pages = PageData()
+    pages = PageData(background=False)
     now = datetime(2026, 3, 2, 9, tzinfo=UTC)
     s = pages.summary(fake_daemon(), now)
     assert s["serving"] == {"backend": "day", "since": "2026-03-02T07:01:00Z"}
@@ -54,7 +54,7 @@ def test_the_summary_has_the_week_the_rows_and_nothing_of_the_rows_argv() -> Non
 
 
 def test_the_week_is_laid_out_again_only_when_the_override_or_the_day_changes() -> None:
-    pages = PageData()
+    pages = PageData(background=False)
     d = fake_daemon()
     t = datetime(2026, 3, 2, 9, tzinfo=UTC)
     first = pages.week(d, t)
@@ -70,10 +70,25 @@ def test_the_week_is_laid_out_again_only_when_the_override_or_the_day_changes() 
 
 
 def test_an_override_that_ended_is_laid_out_again_without_it() -> None:
-    pages = PageData()
+    pages = PageData(background=False)
     t = datetime(2026, 3, 2, 9, tzinfo=UTC)
     ov = Override(Mode.OVERRIDE, "night", datetime(2026, 3, 2, 10, tzinfo=UTC), "alice", t, "eval")
     d = fake_daemon(ov)
     assert "override" in [s.source for s in pages.week(d, t).stretches]  # type: ignore[union-attr]
     after = pages.week(d, datetime(2026, 3, 2, 10, 30, tzinfo=UTC))
     assert after is not None and "override" not in [s.source for s in after.stretches]
+
+
+def test_a_new_layout_is_made_on_a_thread_while_the_summary_keeps_the_one_before() -> None:
+    pages = PageData()
+    d = fake_daemon()
+    t = datetime(2026, 3, 2, 9, tzinfo=UTC)
+    first = pages.week(d, t)  # the first one: made at once
+    assert first is not None
+    d.keeper.override = Override(Mode.HOLD, "night", None, "alice", t, "eval")
+    assert pages.week(d, t) is first  # the one before, while the new one is made
+    thread = pages._making
+    assert thread is not None
+    thread.join(20)
+    held = pages.week(d, t)
+    assert held is not first and held is not None and held.stretches[-1].source == "hold"
