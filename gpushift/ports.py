@@ -91,6 +91,13 @@ class BackendProbe(Protocol):
         """Send a warm-up request (a first completion) and time it; never raises."""
         ...
 
+    def models(
+        self, url: str, headers: Mapping[str, str], timeout_s: float = 5.0
+    ) -> tuple[list[str] | None, str | None]:
+        """The model names a backend's ``/v1/models`` lists (``data[].id``), or (None, why not);
+        never raises."""
+        ...
+
 
 class Ledger(Protocol):
     """The deployment ledger (SQLite)."""
@@ -181,6 +188,38 @@ class Doctor(Protocol):
     ) -> Sequence[Any]: ...
 
 
+class FrontDoorPort(Protocol):
+    """The front door (``org.gpushift.FrontDoor1``, docs/frontdoor.md), as the daemon calls it.
+
+    Each call is bounded by ``[frontdoor] bus_timeout_s``.  None of them raises: a front door that
+    is absent, slow or failing answers None (and the adapter logs one line), so a switch never
+    fails or waits longer for it; :meth:`last_error` says why for the ledger row.
+    """
+
+    timeout_s: float  # each call's deadline (``bus_timeout_s``; a reload sets it)
+
+    def close(self, backend: str) -> int | None:
+        """Stop forwarding new requests to ``backend``; the requests still in flight there."""
+        ...
+
+    def in_flight(self, backend: str) -> int | None:
+        """The requests the front door has in flight on ``backend`` now."""
+        ...
+
+    def release(self, serving: str) -> tuple[int, float] | None:
+        """Forward the held requests ``serving`` serves (``off``: none), answer the others, reopen
+        ``serving``; (held, longest hold in seconds)."""
+        ...
+
+    def status(self) -> dict[str, Any] | None:
+        """``{"listen", "held", "in_flight": {backend: n}, "closed", "daemon", "requests"}``."""
+        ...
+
+    def last_error(self, call: str) -> str | None:
+        """Why the last ``call`` (``"close"``, ``"release"``, ...) answered None; None after a success."""
+        ...
+
+
 @dataclass
 class Ports:
     """Everything a switch talks through: the real adapters (built by ``wiring``) or test fakes."""
@@ -194,6 +233,7 @@ class Ports:
     doctor: Doctor | None = None
     runs: RunStore | None = None
     hooks: HookRunner | None = None
+    frontdoor: FrontDoorPort | None = None  # only with a [frontdoor] table
 
 
 def states_one_by_one(

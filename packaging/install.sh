@@ -8,8 +8,9 @@
 #                                    (the ledger) and edited config unless PURGE=1
 #
 # Kinds of files:
-#   vendor files  (the venv, the command link, gpushift.service, D-Bus policy, sysusers.d, tmpfiles.d,
-#                  completions, man page): always replaced, always removed by uninstall;
+#   vendor files  (the venv, the command link, gpushift.service, the front door's .socket and .service,
+#                  the D-Bus policies, sysusers.d, tmpfiles.d, completions, man page): always replaced,
+#                  always removed by uninstall;
 #   admin files   (/etc/gpushift/{gpushift.toml,schedule}, the example backend units in
 #                  /etc/systemd/system): installed when absent; updated when nobody edited them since
 #                  the last install (their checksum is the one recorded then); an edited one is kept
@@ -63,12 +64,27 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 case $PREFIX in /?*) ;; *) die "PREFIX=$PREFIX: must be an absolute directory of gpushift's own" ;; esac
 systemd_runs() { [ -z "$D" ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; }
 
+# gpushift's own units, vendor files: the daemon and the front door (its socket and service).
+OWN_UNITS="gpushift.service gpushift-frontdoor.service gpushift-frontdoor.socket"
+
 # The example backend units: every units/*.service but gpushift's own.
 backend_units() {
 	local u
 	for u in "$SRC"/units/*.service; do
-		[ "$(basename "$u")" = gpushift.service ] || basename "$u"
+		case " $OWN_UNITS " in *" $(basename "$u") "*) ;; *) basename "$u" ;; esac
 	done
+}
+
+# One of gpushift's own units, its Exec*= command rewritten for $PREFIX; $2: the ExecStart= it must have.
+own_unit() {
+	local name=$1 want=$2 tmp
+	tmp=$(mktemp)
+	sed -E "s#^(Exec[A-Za-z]+=[-@:+!]*)$SHIPPED_COMMAND( |\$)#\\1$PREFIX/bin/gpushift\\2#" \
+		"$SRC/units/$name" >"$tmp"
+	grep -qx "ExecStart=$PREFIX/bin/gpushift $want" "$tmp" ||
+		die "units/$name: ExecStart= is not '$SHIPPED_COMMAND $want'"
+	vendor_file "$tmp" "$UNITDIR/$name" 0644
+	rm -f "$tmp"
 }
 
 # ------------------------------------------------------------------ install
@@ -210,17 +226,14 @@ do_install() {
 	record link - "$BINDIR/gpushift"
 	say "  $BINDIR/gpushift -> $PREFIX/bin/gpushift"
 
-	# gpushift's own unit, running the venv's command.
-	local unit_tmp
-	unit_tmp=$(mktemp)
-	sed -E "s#^(Exec[A-Za-z]+=[-@:+!]*)$SHIPPED_COMMAND( |\$)#\\1$PREFIX/bin/gpushift\\2#" \
-		"$SRC/units/gpushift.service" >"$unit_tmp"
-	grep -qx "ExecStart=$PREFIX/bin/gpushift daemon" "$unit_tmp" ||
-		die "units/gpushift.service: ExecStart= is not '$SHIPPED_COMMAND daemon'"
-	vendor_file "$unit_tmp" "$UNITDIR/gpushift.service" 0644
-	rm -f "$unit_tmp"
-	vendor_file "$SRC/etc/dbus-1/system.d/org.gpushift.Switcher1.conf" \
-		"$DATADIR/dbus-1/system.d/org.gpushift.Switcher1.conf" 0644
+	# gpushift's own units, running the venv's command.
+	own_unit gpushift.service daemon
+	own_unit gpushift-frontdoor.service frontdoor
+	vendor_file "$SRC/units/gpushift-frontdoor.socket" "$UNITDIR/gpushift-frontdoor.socket" 0644
+	local policy
+	for policy in org.gpushift.Switcher1.conf org.gpushift.FrontDoor1.conf; do
+		vendor_file "$SRC/etc/dbus-1/system.d/$policy" "$DATADIR/dbus-1/system.d/$policy" 0644
+	done
 	vendor_file "$SRC/etc/sysusers.d/gpushift.conf" "$SYSUSERSDIR/gpushift.conf" 0644
 	vendor_file "$SRC/etc/tmpfiles.d/gpushift.conf" "$TMPFILESDIR/gpushift.conf" 0644
 	vendor_file "$comp/gpushift.bash" "$DATADIR/bash-completion/completions/gpushift" 0644
@@ -228,10 +241,13 @@ do_install() {
 	vendor_file "$comp/gpushift.fish" "$DATADIR/fish/vendor_completions.d/gpushift.fish" 0644
 	vendor_file "$man" "$DATADIR/man/man1/gpushift.1" 0644
 
-	if [ -e "$D$ADMIN_UNITDIR/gpushift.service" ]; then
-		say "  NOTE: $ADMIN_UNITDIR/gpushift.service overrides $UNITDIR/gpushift.service (an earlier"
-		say "        make install put it there?): remove it unless you wrote it; use drop-ins instead"
-	fi
+	local own
+	for own in $OWN_UNITS; do
+		if [ -e "$D$ADMIN_UNITDIR/$own" ]; then
+			say "  NOTE: $ADMIN_UNITDIR/$own overrides $UNITDIR/$own (an earlier"
+			say "        make install put it there?): remove it unless you wrote it; use drop-ins instead"
+		fi
+	done
 	admin_file "$SRC/etc/gpushift/gpushift.toml" "$CONFDIR/gpushift.toml"
 	admin_file "$SRC/etc/gpushift/schedule" "$CONFDIR/schedule"
 	local u
@@ -271,9 +287,10 @@ post_install() {
 	fi
 	if command -v systemd-sysusers >/dev/null; then
 		systemd-sysusers "$SYSUSERSDIR/gpushift.conf"
-		say "systemd-sysusers: group gpushift exists"
+		say "systemd-sysusers: group gpushift and user gpushift-frontdoor exist"
 	else
-		say "systemd-sysusers is missing: create the group yourself (groupadd -r gpushift)"
+		say "systemd-sysusers is missing: create the group and the front door's user yourself"
+		say "(groupadd -r gpushift; useradd -r -U -d / -s /usr/sbin/nologin gpushift-frontdoor)"
 	fi
 	if ! command -v systemd-tmpfiles >/dev/null; then
 		say "systemd-tmpfiles is missing: gpushift.service creates $STATEDIR and $RUNTIMEDIR when it starts"
@@ -288,6 +305,9 @@ post_install() {
 		if systemctl is-active --quiet gpushift.service; then
 			say "gpushift.service runs the previous version: systemctl restart gpushift"
 		fi
+		if systemctl is-active --quiet gpushift-frontdoor.service; then
+			say "gpushift-frontdoor.service runs the previous version: systemctl restart gpushift-frontdoor"
+		fi
 	else
 		say "systemd is not running here: systemctl daemon-reload skipped"
 	fi
@@ -301,6 +321,8 @@ post_install() {
 	say "(usermod -aG gpushift USER), then:"
 	say "  systemctl enable --now gpushift"
 	say "  gpushift check"
+	say "The front door (one address for every model, docs/frontdoor.md): once the backends listen on"
+	say "127.0.0.1:8001 and :8081 (\"Moving an existing host\" there), systemctl enable --now gpushift-frontdoor.socket"
 }
 
 # ------------------------------------------------------------------ uninstall
@@ -317,9 +339,12 @@ prune_parents() {
 do_uninstall() {
 	[ -n "$D" ] || [ "$(id -u)" -eq 0 ] || die "make uninstall needs root (or DESTDIR=...)"
 	local manifest=$D$PREFIX/$MANIFEST_REL kind sum path removed=() dirs=()
-	if systemd_runs && systemctl cat gpushift.service >/dev/null 2>&1; then
-		if systemctl disable --now gpushift.service; then say "gpushift.service stopped and disabled"; fi
-	fi
+	local unit
+	for unit in gpushift-frontdoor.socket gpushift-frontdoor.service gpushift.service; do
+		if systemd_runs && systemctl cat "$unit" >/dev/null 2>&1; then
+			if systemctl disable --now "$unit"; then say "$unit stopped and disabled"; fi
+		fi
+	done
 	if [ -f "$manifest" ]; then
 		say "gpushift: uninstalling from ${D:-/} (PREFIX=$PREFIX)"
 		while IFS=$'\t' read -r kind sum path; do
@@ -374,7 +399,7 @@ do_uninstall() {
 		else
 			say "systemd is not running here: systemctl daemon-reload skipped"
 		fi
-		say "The group gpushift stays (groupdel gpushift removes it)."
+		say "The group gpushift and the user gpushift-frontdoor stay (groupdel gpushift; userdel gpushift-frontdoor)."
 	fi
 }
 

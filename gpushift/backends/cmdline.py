@@ -12,7 +12,10 @@ Reading an argv the way the programs do:
   nothing) has no value; a negative number (``-5``) is a value, not a flag;
 * vLLM's argument parser accepts ``--tensor_parallel_size`` for ``--tensor-parallel-size``, so for
   the ``vllm`` kind underscores in long option names are read as dashes;
-* the last value of an option wins (argparse and llama.cpp both do that).
+* the last value of an option wins (argparse and llama.cpp both do that);
+* an option of :data:`MULTI_VALUE_FLAGS` takes every word up to the next flag (argparse's
+  ``nargs="+"``: vLLM's ``--served-model-name a b``); each word is one value, and
+  :meth:`CommandLine.group` gives the words of its last occurrence.
 
 systemd reports ``ExecStart`` as written, variables unexpanded (measured: ``"${SECS}"`` while the
 process ran with ``1234``): :func:`expand` applies systemd's rules to the written form.
@@ -29,6 +32,9 @@ from dataclasses import dataclass
 #: Options whose value names a model file (llama-server, vLLM): the ledger fingerprints them, the
 #: doctor checks that they exist.
 MODEL_FILE_FLAGS = ("-m", "--model", "-md", "--model-draft", "-mm", "--mmproj", "-mmproj", "--lora")
+
+#: Options that take one or more words (argparse ``nargs="+"``), per kind.
+MULTI_VALUE_FLAGS: Mapping[str, frozenset[str]] = {"vllm": frozenset({"--served-model-name"})}
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _NUMBER = re.compile(r"-\d+(\.\d+)?")
@@ -73,6 +79,7 @@ class CommandLine:
     positional: tuple[str, ...] = ()
     options: tuple[tuple[str, str | None], ...] = ()
     kind: str = "generic"
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # a multi-value option's words, by occurrence
 
     def values(self, names: Collection[str]) -> list[str]:
         """Every value given to one of the spellings ``names`` of one option, first to last."""
@@ -83,6 +90,13 @@ class CommandLine:
         """The value the program will use: the last one given, or ``None``."""
         values = self.values(names)
         return values[-1] if values else None
+
+    def group(self, names: Collection[str]) -> tuple[str, ...] | None:
+        """The words of the last occurrence of a multi-value option (:data:`MULTI_VALUE_FLAGS`), or
+        ``None`` when it is not given (argparse keeps the last occurrence's list)."""
+        wanted = {_norm(n, self.kind) for n in names}
+        found = [words for n, words in self.groups if n in wanted]
+        return found[-1] if found else None
 
     def flags(self) -> dict[str, list[str | None]]:
         """Option name → its values in order (``None`` for a flag given without one)."""
@@ -106,6 +120,8 @@ def parse(argv: Sequence[str], kind: str = "generic") -> CommandLine:
     start = _program_end(argv)
     positional: list[str] = []
     options: list[tuple[str, str | None]] = []
+    groups: list[tuple[str, tuple[str, ...]]] = []
+    multi = MULTI_VALUE_FLAGS.get(kind, frozenset())
     i = start
     while i < len(argv):
         tok = argv[i]
@@ -114,13 +130,24 @@ def parse(argv: Sequence[str], kind: str = "generic") -> CommandLine:
         elif tok.startswith("--") and "=" in tok:
             name, value = tok.split("=", 1)
             options.append((_norm(name, kind), value))
+            if _norm(name, kind) in multi:
+                groups.append((_norm(name, kind), (value,)))
+        elif _norm(tok, kind) in multi:
+            j = i + 1
+            while j < len(argv) and not _is_flag(argv[j]):
+                j += 1
+            words = tuple(argv[i + 1 : j])
+            name = _norm(tok, kind)
+            options.extend([(name, w) for w in words] or [(name, None)])
+            groups.append((name, words))
+            i = j - 1
         elif i + 1 < len(argv) and not _is_flag(argv[i + 1]):
             options.append((_norm(tok, kind), argv[i + 1]))
             i += 1
         else:
             options.append((_norm(tok, kind), None))
         i += 1
-    return CommandLine(" ".join(argv[:start]), tuple(positional), tuple(options), kind)
+    return CommandLine(" ".join(argv[:start]), tuple(positional), tuple(options), kind, tuple(groups))
 
 
 def model_files(argv: Sequence[str], kind: str = "generic") -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ import socket
 import ssl
 import time
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: Most bytes of status line and headers accepted.
@@ -44,8 +45,11 @@ class DeadlineExceeded(TimeoutError):
     """No complete answer before the deadline."""
 
 
-def get(url: str, timeout_s: float, limit_bytes: int = 1 << 20) -> Response:
-    """GET ``url``; the whole exchange ends within ``timeout_s`` seconds.
+def get(
+    url: str, timeout_s: float, limit_bytes: int = 1 << 20, headers: Mapping[str, str] | None = None
+) -> Response:
+    """GET ``url``; the whole exchange ends within ``timeout_s`` seconds.  ``headers``: more
+    request headers (a backend's ``Authorization``); a name or value with a line break is refused.
 
     Raises:
         DeadlineExceeded: no complete answer (status, headers and body up to the limit) in time.
@@ -64,7 +68,7 @@ def get(url: str, timeout_s: float, limit_bytes: int = 1 << 20) -> Response:
             _left(sock, deadline, timeout_s)
             sock = ctx.wrap_socket(sock, server_hostname=parts.hostname)
         _left(sock, deadline, timeout_s)
-        sock.sendall(_request(parts, port))
+        sock.sendall(_request(parts, port, headers or {}))
         return _read(sock, deadline, timeout_s, limit_bytes)
     except TimeoutError:
         raise DeadlineExceeded(f"no complete answer within {timeout_s:g} s") from None
@@ -97,7 +101,7 @@ def _connect(host: str, port: int, deadline: float, timeout_s: float) -> socket.
     raise last or OSError(f"{host}: no address")
 
 
-def _request(parts: urllib.parse.SplitResult, port: int) -> bytes:
+def _request(parts: urllib.parse.SplitResult, port: int, headers: Mapping[str, str]) -> bytes:
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
@@ -118,6 +122,10 @@ def _request(parts: urllib.parse.SplitResult, port: int) -> bytes:
         password = urllib.parse.unquote(parts.password or "")
         token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         lines.append(f"Authorization: Basic {token}")
+    for name, value in headers.items():
+        if any(c in name + value for c in "\r\n\0") or not name or ":" in name:
+            raise ValueError(f"request header {name!r}: a name or value that would break the request")
+        lines.append(f"{name}: {value}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "strict")
 
 

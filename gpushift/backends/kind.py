@@ -37,6 +37,11 @@ def no_checkpoint(args: Sequence[str]) -> str | None:
     return None
 
 
+def no_models(args: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
+    """For a kind that cannot tell the model names it serves from its command line."""
+    return ()
+
+
 @dataclass(frozen=True)
 class Kind:
     """What gpushift knows about one kind of inference server.
@@ -62,6 +67,9 @@ class Kind:
         native_routes: the kind's own inference routes beside the OpenAI ones (``/v1/...``), which
             the front door forwards too (``/completion``, ``/tokenize``, ...): exact paths.  Its
             administrative routes (slots, props, metrics) are left out on purpose.
+        served_models: the model names the server answers to (what its ``/v1/models`` lists as
+            ``id``), read from a command line (expanded) and the unit's environment; () when the
+            command line does not tell (the config's ``models`` then must).
     """
 
     name: str
@@ -76,3 +84,4 @@ class Kind:
     checkpoint_dir: Callable[[Sequence[str]], str | None] = no_checkpoint
     doctor: KindRules | None = None
     native_routes: tuple[str, ...] = ()
+    served_models: Callable[[Sequence[str], Mapping[str, str]], tuple[str, ...]] = no_models

@@ -23,6 +23,8 @@ DEFAULT_PORT = 8080
 IN_FLIGHT_GAUGES = ("llamacpp:requests_processing", "llamacpp:requests_deferred")
 
 _SPLIT = ("-sm", "--split-mode")
+_ALIAS = ("-a", "--alias")
+_MODEL = ("-m", "--model")
 
 #: Its own inference routes the front door forwards (llama.cpp's server README, "API Endpoints":
 #: https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md); not ``/slots`` (it can save and restore a slot's cache to files), ``/props`` (it
@@ -69,6 +71,20 @@ def prewarm_paths(args: Sequence[str], env: Mapping[str, str]) -> list[str]:
     return model_paths(args)
 
 
+def served_models(args: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
+    """``--alias`` (a comma-separated list), else the model file as given to ``-m``: what
+    llama-server's ``/v1/models`` lists as ``id`` ("By default, model `id` field is the path to
+    model file, specified via `-m`", tools/server/README.md of ggml-org/llama.cpp).  A flag wins
+    over its variable (``LLAMA_ARG_ALIAS``, ``LLAMA_ARG_MODEL``), as in llama.cpp."""
+    cl = cmdline.parse(args, NAME)
+    alias = cl.value(_ALIAS) or env.get("LLAMA_ARG_ALIAS", "")
+    names = [a.strip() for a in alias.split(",") if a.strip()]
+    if names:
+        return tuple(dict.fromkeys(names))
+    model = cl.value(_MODEL) or env.get("LLAMA_ARG_MODEL", "")
+    return (model,) if model else ()
+
+
 def in_flight(text: str) -> int | None:
     """``/slots`` (a JSON list), or the gauges of ``/metrics``."""
     if text.lstrip().startswith("["):
@@ -87,4 +103,5 @@ KIND = Kind(
     api_key_env="LLAMA_API_KEY",
     doctor=KindRules(DEFAULT_PORT, launch_rules, model_paths),
     native_routes=NATIVE_ROUTES,
+    served_models=served_models,
 )

@@ -10,10 +10,10 @@ trickles its answer cannot hold the switch, the sampler or the drain longer than
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpushift.backends import gauges, httpget
+from gpushift.backends import gauges, httpget, models
 from gpushift.backends.kinds import DEFAULT, any_in_flight, kind_of
 from gpushift.backends.version import run_version_command
 from gpushift.values import Health, VersionInfo, WarmupRequest, WarmupResult
@@ -28,9 +28,9 @@ IN_FLIGHT_TIMEOUT_S = 5.0
 BODY_LIMIT_BYTES = 1 << 20
 
 
-def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
+def _get(url: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
     """(status, body) within ``timeout_s`` in all; raises OSError or ValueError (httpget.get)."""
-    r = httpget.get(url, timeout_s, BODY_LIMIT_BYTES)
+    r = httpget.get(url, timeout_s, BODY_LIMIT_BYTES, headers)
     return r.status, r.body
 
 
@@ -92,3 +92,19 @@ class HttpBackendProbe:
             return None
         read = kind_of(getattr(backend, "kind", DEFAULT)).in_flight or any_in_flight
         return read(body.decode("utf-8", "replace"))
+
+    def models(
+        self, url: str, headers: Mapping[str, str], timeout_s: float = 5.0
+    ) -> tuple[list[str] | None, str | None]:
+        """The model names ``url`` (a backend's ``/v1/models``) lists, or None and why not."""
+        try:
+            status, body = _get(url, timeout_s, headers)
+        except (OSError, ValueError) as e:
+            return None, f"no answer: {_reason(e)}"
+        if status != 200:
+            return None, f"HTTP {status}"
+        try:
+            names = models.listed(json.loads(body.decode("utf-8", "replace")))
+        except ValueError:
+            names = None
+        return (names, None) if names is not None else (None, "not a model list (no data[].id)")

@@ -202,6 +202,16 @@ def prewarm_paths(args: Sequence[str], env: Mapping[str, str]) -> list[str]:
     return [model] if _looks_local(model) else [hf_cache_dir(model, env)]
 
 
+def served_models(args: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
+    """``--served-model-name`` (one or more names; the last occurrence), else the model as given
+    (``--model`` or ``serve MODEL``): what vLLM's ``/v1/models`` lists as ``id``."""
+    names = cmdline.parse(args, NAME).group(("--served-model-name",))
+    if names:
+        return tuple(dict.fromkeys(names))
+    model = cmdline.vllm_model(args)
+    return (model,) if model else ()
+
+
 def checkpoint_dir(args: Sequence[str]) -> str | None:
     """The model directory whose ``config.json`` tells its dtype and quantization."""
     return cmdline.vllm_model(args)
@@ -227,4 +237,5 @@ KIND = Kind(
     checkpoint_dir=checkpoint_dir,
     doctor=KindRules(DEFAULT_PORT, launch_rules, model_paths, stop_rules),
     native_routes=NATIVE_ROUTES,
+    served_models=served_models,
 )

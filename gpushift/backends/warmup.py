@@ -84,3 +84,10 @@ def request_for(b: WarmedBackend, argv: Sequence[str], env: Mapping[str, str]) -
         models_url=origin + "/v1/models" if needs_model else None,
         headers=headers,
     )
+
+
+def models_query(b: WarmedBackend, argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The URL of the backend's ``/v1/models`` (on its health URL's origin) and the headers it
+    needs (its API key, as the warm-up sends it)."""
+    key = api_key(b.kind, argv, env)
+    return _origin(b.health_url) + "/v1/models", ({"Authorization": f"Bearer {key}"} if key else {})

@@ -6,18 +6,22 @@ uses (:func:`gpushift.sampler.sample.verdict`); the switch in flight from the sw
 next switch from the keeper's fields, read without its lock (:meth:`Keeper.mode`,
 :meth:`Keeper.next_switch`).  The service (:mod:`gpushift.bus.service`) compares and
 announces them.
+
+``NextServed`` comes from ``Keeper.next_served``, which keeps its last answer until the schedule,
+the override, a deferral or what serves changes, or the instant it holds until comes: an
+announcement every second compares it, and it changes only when one of those did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from gpushift.sampler.sample import Sample, verdict
 from gpushift.switch import SwitchRun
-from gpushift.values import Mode
+from gpushift.values import OFF, Mode
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,12 @@ class Sources:
     current: Callable[[], SwitchRun | None]
     mode: Callable[[], Mode]
     next_switch: Callable[[], tuple[str, datetime] | None]
+    # The model names by backend (the daemon resolves them: config ``models``, else the command line).
+    models: Callable[[], Mapping[str, Sequence[str]]] = field(default=lambda: {})
+    # Per backend, when the keeper next serves it by itself (UNIX seconds, 0: now), given what
+    # serves now (``Keeper.next_served``, computed again only when its inputs change).
+    next_served: Callable[[tuple[str, ...]], Mapping[str, int]] = field(default=lambda serving: {})
+    zone: Callable[[], str] = field(default=lambda: "")  # the schedule's zone name; "" = UTC
 
 
 def values(src: Sources) -> dict[str, Any]:
@@ -37,6 +47,9 @@ def values(src: Sources) -> dict[str, Any]:
     v = verdict(src.sample(), src.monotonic())
     run = src.current()
     nxt = src.next_switch()
+    target = run.target if run is not None else ""
+    models = {b: list(names) for b, names in src.models().items()}
+    serving = tuple(x for x in (v.active, target) if x and x != OFF)
     return {
         "ActiveBackend": v.active or "",
         "Mode": src.mode().value,
@@ -44,7 +57,21 @@ def values(src: Sources) -> dict[str, Any]:
         "Phase": run.phase.value if run is not None else "",
         "NextSwitch": (nxt[0], max(0, int(nxt[1].timestamp()))) if nxt else ("", 0),
         "Backends": list(src.backends()),
+        "SwitchTarget": target,
+        "NextServed": by_model(src.next_served(serving), models),
+        "Models": models,
+        "TimeZone": src.zone(),
     }
+
+
+def by_model(per_backend: Mapping[str, int], models: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """Per model name, the earliest time one of the backends that serve it is served (0: now); a
+    model whose backends are never served by the keeper itself is absent."""
+    out: dict[str, int] = {}
+    for backend, t in per_backend.items():
+        for name in models.get(backend, ()):
+            out[name] = min(out.get(name, t), t)
+    return dict(sorted(out.items()))
 
 
 def sources(d: Any) -> Sources:
@@ -56,4 +83,13 @@ def sources(d: Any) -> Sources:
         current=d.switcher.current,
         mode=d.keeper.mode,
         next_switch=d.keeper.next_switch,
+        models=d.models.get,
+        next_served=lambda serving: d.keeper.next_served(tuple(d.config.backends), serving),
+        zone=lambda: zone_name(d.schedule),
     )
+
+
+def zone_name(schedule: Any) -> str:
+    """The schedule's zone (its ``TZ=`` line, else the host's zone it was read in); "" without one."""
+    tz = getattr(schedule, "tz", None)
+    return str(getattr(tz, "key", None) or "") if tz is not None else ""

@@ -83,6 +83,10 @@ PROPERTY_DEFAULTS: dict[str, Any] = {
     "Phase": "",
     "NextSwitch": ("", 0),
     "Backends": [],
+    "SwitchTarget": "",
+    "NextServed": {},
+    "Models": {},
+    "TimeZone": "",
 }
 
 
@@ -121,6 +125,10 @@ class SwitcherService:
     Phase = _property("Phase")
     NextSwitch = _property("NextSwitch")
     Backends = _property("Backends")
+    SwitchTarget = _property("SwitchTarget")
+    NextServed = _property("NextServed")
+    Models = _property("Models")
+    TimeZone = _property("TimeZone")
 
     def __init__(self, bus: Any, backend: Backend, allowed_group: str = "gpushift") -> None:
         self._bus = bus
@@ -139,7 +147,8 @@ class SwitcherService:
     def _compute(self) -> dict[str, Any] | None:
         try:
             values = self._backend.property_values()
-            new = {name: values[name] for name in PROPERTY_DEFAULTS}
+            # a property the daemon does not compute (an older Backend) keeps its default
+            new = {name: values.get(name, default) for name, default in PROPERTY_DEFAULTS.items()}
         except Exception as e:
             if not self._failing:
                 logging.getLogger("gpushift").error("dbus_properties_failed: %r (the last values stay)", e)

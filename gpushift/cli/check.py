@@ -183,10 +183,13 @@ def _collect(config_path: str | None) -> dict[str, Any]:
     report["findings"] = [f.to_dict() for f in findings]
     report["hooks"] = _hooks(cfg)
     report["directories"] = _directories(cfg)
+    from gpushift.cli import check_frontdoor
+
+    fd = report["frontdoor"] = check_frontdoor.collect(cfg, units, states)  # None: no [frontdoor]
     errors = sum(1 for f in findings if f.is_error) + report["hooks"]["errors"]
-    errors += sum(1 for d in report["directories"] if not d["ok"])
+    errors += sum(1 for d in report["directories"] if not d["ok"]) + (fd["errors"] if fd else 0)
     report["errors"] = errors + (0 if report["schedule"]["ok"] else 1)
-    report["warnings"] = sum(1 for f in findings if not f.is_error)
+    report["warnings"] = sum(1 for f in findings if not f.is_error) + (fd["warnings"] if fd else 0)
     report["ok"] = report["errors"] == 0 and units is not None
     return report
 
@@ -248,6 +251,9 @@ def _render(r: dict[str, Any]) -> str:
         for x in h["hooks"]:
             state = "ok" if x["ok"] else f"ERROR: {x['error']}"
             lines.append(f"  {x['event']}: {x['program']}: {state}")
+    from gpushift.cli import check_frontdoor
+
+    lines += check_frontdoor.render(r.get("frontdoor"))
     lines.append(f"\n{r.get('errors', 0)} error(s), {r.get('warnings', 0)} warning(s)")
     return "\n".join(lines)
 
@@ -262,8 +268,10 @@ def check(ctx: click.Context, as_json: bool) -> None:
     warning is logged and recorded in the ledger): FP8 or BF16 on GPUs without them, more
     tensor-parallel ranks than GPUs, --split-mode none on several GPUs, missing model files, ECC
     errors, an unpinned version, port clashes, unit settings that let processes outlive a stop,
-    a hook program ([hooks]) that is missing or not executable by the hooks' user, and a state_dir or
-    runtime_dir that is not a usable directory.
+    a hook program ([hooks]) that is missing or not executable by the hooks' user, a state_dir or
+    runtime_dir that is not a usable directory, and with [frontdoor]: its ports, each backend's
+    model names against its /v1/models, and gpushift-frontdoor.socket's ListenStream= against
+    [frontdoor] listen.
     Exit status 0 when there is no error, 1 otherwise (2: the config itself is invalid).
 
     \b

@@ -89,6 +89,7 @@ def render_status(s: dict[str, Any], paint: Paint | None = None) -> str:
         *_last_switch_lines(s, paint),
         *_ledger_lines(s.get("ledger") or {}),
         *_notices_lines(s.get("notices") or {}),
+        *_frontdoor_lines(s.get("frontdoor")),
     ]
     return "\n".join(lines)
 
@@ -309,3 +310,23 @@ def _notices_lines(n: dict[str, Any]) -> list[str]:
                 f"{known(armed.get('to'))} at {local_time(armed.get('at'))}"
             )
     return lines
+
+
+def _frontdoor_lines(fd: Any) -> list[str]:
+    """``front door: [::]:8000 [::]:8080 · held 0 · in flight vllm 2`` (status's ``frontdoor``,
+    present with a ``[frontdoor]`` table), or that it is not answering."""
+    if not isinstance(fd, dict):
+        return []
+    listen = " ".join(str(a) for a in fd.get("listen") or []) or "?"
+    if not fd.get("answered"):
+        why = f" ({plain_error(fd['error'])})" if fd.get("error") else ""
+        return [f"front door: {listen} · not answering{why}"]
+    counts = fd.get("in_flight")
+    counts = counts if isinstance(counts, dict) else {}
+    busy = [f"{name} {n}" for name, n in counts.items() if n]
+    parts = [listen, f"held {known(fd.get('held'))}", "in flight " + (", ".join(busy) if busy else "0")]
+    if fd.get("closed"):
+        parts.append("closed " + ", ".join(str(b) for b in fd["closed"]))
+    if fd.get("daemon") == "lost":
+        parts.append("lost the daemon")
+    return ["front door: " + " · ".join(parts)]

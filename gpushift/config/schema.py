@@ -21,6 +21,7 @@ from gpushift.config.types import POLL_MAX_S as POLL_MAX_S
 from gpushift.config.types import BackendConfig as BackendConfig
 from gpushift.config.types import Config as Config
 from gpushift.config.types import DaemonConfig as DaemonConfig
+from gpushift.config.types import FrontDoorConfig as FrontDoorConfig
 from gpushift.config.types import GpuConfig as GpuConfig
 from gpushift.config.types import MetricsConfig as MetricsConfig
 from gpushift.config.types import WarmupConfig as WarmupConfig

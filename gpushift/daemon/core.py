@@ -27,6 +27,7 @@ from gpushift.bus.names import BUS_NAME
 from gpushift.config import schema as config_mod
 from gpushift.daemon import exporter, wiring
 from gpushift.daemon.clockwork import Clockwork
+from gpushift.daemon.models import ModelNames
 from gpushift.daemon.pagedata import PageData
 from gpushift.daemon.relay import SignalRelay
 from gpushift.daemon.settings import ConfigOnDisk, load_schedule_of, parse_until, reloadable, watch_settings
@@ -39,7 +40,7 @@ from gpushift.prewarm.consumer import Prewarming
 from gpushift.safetext import redact
 from gpushift.sampler.sample import Sample
 from gpushift.switch import Switcher
-from gpushift.values import OFF, Caller, Trigger
+from gpushift.values import OFF, Caller, EventKind, Trigger
 
 #: What a switch asked for ``--when-idle`` answers instead of a ticket: the keeper makes it later.
 WHEN_IDLE = "when-idle"
@@ -63,6 +64,7 @@ class Daemon:
         self._service: Any = None
         self._publication: Any = None
         self.relay = SignalRelay(self)  # the switch's events -> the bus's signals
+        self.models = ModelNames(self.log)  # the backends' model names (D-Bus Models, NextServed)
         self.pages = PageData()  # the status page's redacted summary (GetSummary)
         from gpushift.host.sdnotify import Notifier
 
@@ -119,6 +121,7 @@ class Daemon:
         )
         self.lookahead.add(self.prewarming.consumer())
         self.switcher.preflight.row_facts.append(self.prewarming.row_facts)
+        self.switcher.add_listener(self._after_switch)
         from gpushift.notify.webhook import WebhookSender
 
         self.webhook = WebhookSender(lambda: self.config.notify, self.config.daemon.state_dir, self.log)
@@ -134,6 +137,12 @@ class Daemon:
             self.log,
             lookahead=self.lookahead,
         )
+
+    def _after_switch(self, ev: Any) -> None:
+        """The switch's worker, once its row is closed: a unit started anew may run another command
+        line (a ``daemon-reload`` since), so its model names are read again."""
+        if ev.kind is EventKind.FINISHED:
+            self.models.refresh(self.config, self.components.ports.units)
 
     def _switching_to(self) -> str | None:
         cur = self.switcher.current()
@@ -331,6 +340,9 @@ class Daemon:
         if self._service is not None:
             self._service.allowed_group = new.daemon.allowed_group
         self.watcher.keep_units_loaded(new)
+        self.models.refresh(new, self.components.ports.units)
+        if new.frontdoor is not None and self.components.ports.frontdoor is not None:
+            self.components.ports.frontdoor.timeout_s = new.frontdoor.bus_timeout_s
         self.reload_error = None
         self.reloaded_at = datetime.now(timezone.utc)
         self.log.info("reloaded", why=why, config=self.config_path, applied=applied)
@@ -365,6 +377,7 @@ class Daemon:
         from gpushift.host.sdnotify import watchdog_interval_s
 
         self.build()
+        self.models.refresh(self.config, self.components.ports.units)
         self._start_sampler()
         bus = self.components.bus
         self._service = dbus_service.SwitcherService(

@@ -41,12 +41,17 @@ ON_RELOAD = frozenset(
         "backends.*",
         "hooks.*",
         "notify.*",
+        # the front door's own keys (it reads them itself); the daemon applies bus_timeout_s
+        *(f"frontdoor.{k}" for k in config_mod.FrontDoorConfig.__dataclass_fields__),
     }
     - {"daemon.bus", "daemon.state_dir", "daemon.runtime_dir"}
 )
 #: What needs ``systemctl restart gpushift``: what was built at start (the bus connection, the
-#: ledger and spool paths, the GPU provider, the metrics listener and textfile).
-ON_RESTART = frozenset({"daemon.bus", "daemon.state_dir", "daemon.runtime_dir", "gpu.*", "metrics.*"})
+#: ledger and spool paths, the GPU provider, the metrics listener and textfile, whether a front door
+#: is called at all: ``frontdoor.table``).
+ON_RESTART = frozenset(
+    {"daemon.bus", "daemon.state_dir", "daemon.runtime_dir", "gpu.*", "metrics.*", "frontdoor.table"}
+)
 
 
 def flat(config: config_mod.Config) -> dict[str, Any]:
@@ -58,6 +63,10 @@ def flat(config: config_mod.Config) -> dict[str, Any]:
             out[f"{table}.{key}"] = getattr(section, key)
     for name, b in config.backends.items():
         out[f"backends.{name}"] = b
+    out["frontdoor.table"] = config.frontdoor is not None
+    if config.frontdoor is not None:
+        for key in type(config.frontdoor).__dataclass_fields__:
+            out[f"frontdoor.{key}"] = getattr(config.frontdoor, key)
     return out
 
 

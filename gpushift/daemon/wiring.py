@@ -16,9 +16,10 @@ from typing import Any
 from gpushift import __version__
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError, SystemdError
+from gpushift.host.nulllog import NULL_LOG
 from gpushift.ledger.view import LedgerView, RememberingLedger, read_view
 from gpushift.ports import GpuProbe, Ledger, Ports, UnitControl, states_one_by_one
-from gpushift.sampler.sample import Sample, to_status
+from gpushift.sampler.sample import Sample, frontdoor_entry, to_status
 from gpushift.values import OFF, UnitState
 
 
@@ -118,6 +119,12 @@ def build(
         from gpushift.host.hookunits import SystemdHookRunner
 
         ports.hooks = SystemdHookRunner(units, config.daemon.runtime_dir)  # [hooks]: transient units
+    if config.frontdoor is not None and bus is not None:
+        from gpushift.host.frontdoor import BusFrontDoor
+
+        # [frontdoor]: the drain closes the old backend there, a switch's end releases the held
+        # requests, the sampler asks its status (docs/frontdoor.md); without the table, never called
+        ports.frontdoor = BusFrontDoor(bus, config.frontdoor.bus_timeout_s, log=log or NULL_LOG)
     return Components(config=config, ports=ports, bus=bus)
 
 
@@ -159,6 +166,8 @@ def compose_status(
     }
     if "warning" in part:
         out["warning"] = part["warning"]
+    if config.frontdoor is not None:  # what the front door's Status() said at the last sample
+        out["frontdoor"] = frontdoor_entry(sample, now_mono, config.frontdoor.listen)
     return out
 
 

@@ -109,3 +109,12 @@ class BackendInput:
     env: Mapping[str, str] | None = None  # None: the unit's Environment=
     version: str | None = None
     checkpoint: CheckpointFacts | None = None
+
+
+# The front door's codes (``gpushift check``'s front door section, gpushift/doctor/frontdoor.py).
+FRONTDOOR_PORT_CLASH = "frontdoor-port-clash"
+FRONTDOOR_BACKEND_EXPOSED = "frontdoor-backend-exposed"
+FRONTDOOR_MODELS_UNKNOWN = "frontdoor-models-unknown"
+FRONTDOOR_MODELS_UNREADABLE = "frontdoor-models-unreadable"
+FRONTDOOR_MODEL_MISMATCH = "frontdoor-model-mismatch"
+FRONTDOOR_SOCKET_LISTEN = "frontdoor-socket-listen"

@@ -17,6 +17,7 @@ that closes the connection to the backend: the backend sees its client gone and 
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from typing import Any
 
@@ -282,8 +283,10 @@ def _abort(request: web.BaseRequest) -> None:
 def _reason(e: BaseException) -> str:
     if isinstance(e, asyncio.TimeoutError):
         return "timeout"
-    if isinstance(e, aiohttp.ClientConnectorError):
-        return "connect: " + (e.os_error.strerror or type(e.os_error).__name__)
+    if isinstance(e, aiohttp.ClientConnectorError):  # a label value: the errno's name, never an address
+        code = e.os_error.errno
+        name = errno.errorcode.get(code) if code is not None else None
+        return f"connect: {name or type(e.os_error).__name__}"
     if isinstance(e, aiohttp.ServerDisconnectedError):
         return "disconnected"
     return type(e).__name__

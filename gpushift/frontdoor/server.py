@@ -269,5 +269,6 @@ class Network:
             sock.close()
         if self._metrics is not None:
             self._metrics.close()
+        self.server.pre_shutdown()  # idle keep-alive connections close now, busy ones after their answer
         await self.server.shutdown(SHUTDOWN_S)
         await self.upstream.close()

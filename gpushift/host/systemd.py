@@ -42,6 +42,8 @@ def is_glib_error(e: BaseException) -> bool:
 
 
 #: The properties :meth:`SystemdUnits.state` reads (of the Unit and the Service interface).
+#: A socket unit's interface (its ``Listen`` property: ``gpushift check`` against ``[frontdoor] listen``).
+SOCKET_IFACE = "org.freedesktop.systemd1.Socket"
 _UNIT_KEYS = frozenset({"LoadState", "ActiveState", "SubState", "FragmentPath", "DropInPaths", "Conflicts"})
 _SERVICE_KEYS = frozenset({
     "ExecStart", "Result", "MainPID", "Environment", "WorkingDirectory", "User", "KillMode", "SendSIGKILL",
@@ -365,6 +367,21 @@ class SystemdUnits:
                 **self._get_all(path, SERVICE_IFACE, unit, _SERVICE_KEYS),
             }
         return props
+
+    def socket_listen(self, unit: str) -> tuple[str, list[tuple[str, str]]]:
+        """A socket unit's ``LoadState`` and its ``Listen`` property (``a(ss)``: each socket's type
+        and address as systemd reads its ``ListenStream=`` etc., e.g. ``("Stream", "[::]:8000")``);
+        no addresses unless it is loaded.
+
+        Raises:
+            SystemdError: systemd cannot be asked.
+        """
+        path = self._unit_path(unit)
+        load = str(self._get_all(path, UNIT_IFACE, unit, frozenset({"LoadState"})).get("LoadState", ""))
+        if load != "loaded":
+            return load, []
+        listen = self._get_all(path, SOCKET_IFACE, unit, frozenset({"Listen"})).get("Listen") or []
+        return load, [(str(kind), str(address)) for kind, address in listen]
 
     def _unit_path(self, unit: str) -> str:
         """LoadUnit (loads the unit file if systemd has not yet): the unit's object path, remembered."""

@@ -44,6 +44,7 @@ from gpushift.keeper.decide import (
     decide,
 )
 from gpushift.keeper.override import Override, OverrideStore
+from gpushift.keeper.served import Served, next_served
 from gpushift.keeper.watch import Observation, Seen, observe
 from gpushift.schedule import Schedule
 from gpushift.switch import Event, SwitchRun
@@ -147,6 +148,8 @@ class Keeper:
         self.blocked: str | None = None
         self.last_action: str = ""
         self._lock = threading.RLock()
+        # NextServed's last answer: what it was computed from, the answer, its UNIX-seconds form
+        self._served: tuple[tuple[Any, ...], Served, dict[str, int]] | None = None
         switcher.add_listener(self._on_switch_event)
 
     def _on_switch_event(self, event: Event) -> None:
@@ -362,6 +365,23 @@ class Keeper:
         c = coming_switch(self.now(), self.schedule, self.override)
         return (c.target, c.at) if c is not None else None
 
+    def next_served(self, backends: tuple[str, ...], serving: tuple[str, ...]) -> dict[str, int]:
+        """Per backend, when the keeper will next serve it by itself (UTC UNIX seconds; 0: it serves
+        now, ``serving`` being the active backend and the switch's target), ``keeper/served.py``.
+
+        Without the lock, like :meth:`mode` (the D-Bus properties' loop thread).  Computed again only
+        when the schedule, the override, a deferral or ``serving`` changed, or when the instant it
+        holds until has come: a property read every second costs a comparison."""
+        now = self.now()
+        key = (self.schedule, self.override, self.deferral, backends, serving)
+        memo = self._served
+        if memo is not None and _same(memo[0], key) and (memo[1].until is None or now < memo[1].until):
+            return memo[2]
+        served = next_served(now, key[0], key[1], key[2], backends, serving)
+        out = served.seconds()
+        self._served = (key, served, out)
+        return out
+
     def status(self) -> dict[str, Any]:
         with self._lock:
             now = self.now()
@@ -444,6 +464,11 @@ class Keeper:
 
     def _warn(self, event: str, **kw: Any) -> None:
         self.log.warning(event, **kw)
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """The same inputs of NextServed: the very schedule object (a reload makes a new one), equal rest."""
+    return a[0] is b[0] and a[1:] == b[1:]
 
 
 def _ended(run: SwitchRun) -> Ended:

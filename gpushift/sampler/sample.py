@@ -84,6 +84,8 @@ class Sample:
     # When the GPUs' holders were read: the sampler names them again when memory moves, else now
     # and then (the /proc scan is most of a GPU read), so they may be older than the memory figure.
     holders_at: float | None = None
+    # The front door's Status() (with a [frontdoor] table; None: there is none, or not asked yet).
+    frontdoor: Figure[dict[str, Any]] | None = None
 
     def backend(self, name: str) -> BackendSample | None:
         for b in self.backends:
@@ -160,6 +162,65 @@ def verdict(sample: Sample, now: float) -> Verdict:
         since = f" for {_s(now - failing)}" if failing is not None and now > failing else ""
         return Verdict(None, (name,), f"{name}: health failing{since} ({status}{what[:120]})")
     return Verdict(name, (name,))
+
+
+def frontdoor_count(
+    doc: Figure[dict[str, Any]] | None, backend: str, now: float, period_s: float
+) -> int | None:
+    """The front door's count of requests in flight on ``backend`` (its Status() ``in_flight``),
+    when it answered within the stale window; None otherwise."""
+    d = doc.known(now, period_s) if doc is not None else None
+    counts = d.get("in_flight") if isinstance(d, dict) else None
+    n = counts.get(backend) if isinstance(counts, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+
+def larger_in_flight(
+    own: Figure[int] | None, doc: Figure[dict[str, Any]] | None, backend: str, now: float, period_s: float
+) -> Figure[int] | None:
+    """A running backend's requests in flight: the larger of its own metrics' count and the front
+    door's (what status shows, and what the busy-aware boundaries and the idle moment read).  A
+    count that cannot be told does not count; the figure's time is the larger count's."""
+    theirs = frontdoor_count(doc, backend, now, period_s)
+    if theirs is None:
+        return own
+    assert doc is not None
+    mine = own.known(now, period_s) if own is not None else None
+    if own is not None and mine is not None and mine >= theirs:
+        return own
+    return Figure(theirs, doc.at)
+
+
+def frontdoor_entry(
+    sample: Sample, now: float, listen: tuple[str, ...] = (), error: str | None = None
+) -> dict[str, Any]:
+    """``status --json``'s ``frontdoor``: what its Status() said (``listen``, ``held``,
+    ``in_flight`` per backend, ``closed``, ``daemon``: connected or lost, ``requests``) with
+    ``answered`` and ``age_s``; not answering: ``answered`` false, ``error``, the configured
+    ``listen``."""
+    f = sample.frontdoor
+    doc = f.known(now, sample.period_s) if f is not None else None
+    if not isinstance(doc, dict):
+        why = (f.error if f is not None else None) or error
+        if f is not None and f.error is None and f.stale(now, sample.period_s):
+            why = f"no answer for {_s(f.age(now))}"
+        return {
+            "answered": False,
+            "error": why or "not asked yet",
+            "listen": list(listen),
+            "age_s": _age(f, now) if f is not None else None,
+        }
+    counts = doc.get("in_flight")
+    return {
+        "answered": True,
+        "listen": [str(x) for x in doc.get("listen") or []],
+        "held": doc.get("held"),
+        "in_flight": dict(counts) if isinstance(counts, dict) else {},
+        "closed": [str(x) for x in doc.get("closed") or []],
+        "daemon": doc.get("daemon"),
+        "requests": doc.get("requests"),
+        "age_s": _age(f, now) if f is not None else None,
+    }
 
 
 # --------------------------------------------------------------------------- the status JSON

@@ -27,8 +27,8 @@ from typing import Any
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError
 from gpushift.host.nulllog import NULL_LOG
-from gpushift.ports import BackendProbe, Clock, GpuProbe, Ports, UnitControl
-from gpushift.sampler.sample import BackendSample, Figure, Sample
+from gpushift.ports import BackendProbe, Clock, FrontDoorPort, GpuProbe, Ports, UnitControl
+from gpushift.sampler.sample import BackendSample, Figure, Sample, larger_in_flight
 from gpushift.values import GpuReading, UnitState
 
 #: Parts of the period a cycle waits for its lanes: unit states first, then everything.
@@ -39,6 +39,8 @@ _ALL_BY = 0.9
 UNITS = "units"
 #: The lane that reads the GPUs (memory every cycle; their holders as :func:`holders_due` says).
 GPU = "gpu"
+#: The lane that asks the front door's Status() (with a [frontdoor] table).
+FRONTDOOR = "frontdoor"
 
 #: The holder scan (the ``/proc`` fd walk, most of a GPU read on a host with many processes) runs
 #: when a backend's main process changed, when a GPU's memory moved by more than this since the
@@ -80,6 +82,7 @@ class Sampler:
         self._gpu: GpuProbe = ports.gpu
         self._probe: BackendProbe = ports.probe
         self._clock: Clock = ports.clock
+        self._frontdoor: FrontDoorPort | None = ports.frontdoor
         self._period_s = period_s
         self._log = log
         self._cond = threading.Condition()
@@ -181,6 +184,8 @@ class Sampler:
             if st is not None and st.value is not None and st.value.running:
                 jobs[f"health:{name}"] = _bind(self._probe.health, b.health_url, timeout)
                 jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, b)
+        if self._frontdoor is not None:
+            jobs[FRONTDOOR] = self._frontdoor_status
         second = self._launch(jobs)
         _join([*first.values(), *second.values()], t0 + _ALL_BY * period)
         return self._publish(cfg, period)
@@ -209,6 +214,16 @@ class Sampler:
         except Exception as e:  # an adapter's bug: that figure's error, never the thread's end
             fig = Figure(None, self._clock.monotonic(), f"{type(e).__name__}: {e}")
         self._store(key, fig)
+
+    def _frontdoor_status(self) -> dict[str, Any]:
+        """The front door's Status() (its own deadline: ``bus_timeout_s``); not answering is the
+        figure's error."""
+        fd = self._frontdoor
+        assert fd is not None
+        doc = fd.status()
+        if doc is None:
+            raise GpushiftError(fd.last_error("status") or "the front door did not answer")
+        return doc
 
     def _read_units(self, units: Mapping[str, str], done: threading.Event | None = None) -> None:
         try:
@@ -304,6 +319,7 @@ class Sampler:
         prev = self._snap
         backends = []
         with self._figures_lock:
+            door = self._figures.get(FRONTDOOR) if self._frontdoor is not None else None
             for name, b in cfg.backends.items():
                 st = self._figures.get(f"unit:{name}")
                 if st is not None and st.value is not None and not st.value.running:
@@ -311,6 +327,10 @@ class Sampler:
                     self._figures.pop(f"health:{name}", None)
                     self._figures.pop(f"in_flight:{name}", None)
                 health = self._figures.get(f"health:{name}")
+                in_flight = self._figures.get(f"in_flight:{name}")
+                if st is not None and st.value is not None and st.value.running:
+                    # the larger of its own count and the front door's (docs/frontdoor.md)
+                    in_flight = larger_in_flight(in_flight, door, name, now, period)
                 backends.append(
                     BackendSample(
                         name=name,
@@ -319,11 +339,9 @@ class Sampler:
                         gpus=b.gpus,
                         state=st,
                         health=health,
-                        in_flight=self._figures.get(f"in_flight:{name}"),
+                        in_flight=in_flight,
                         unhealthy_since=unhealthy_since(prev.backend(name), st, health, now, period),
-                        idle_since=idle_since(
-                            prev.backend(name), self._figures.get(f"in_flight:{name}"), now, period
-                        ),
+                        idle_since=idle_since(prev.backend(name), in_flight, now, period),
                     )
                 )
             gpus = self._figures.get(GPU)
@@ -337,6 +355,7 @@ class Sampler:
                 backends=tuple(backends),
                 gpus=gpus,
                 holders_at=holders_at,
+                frontdoor=door,
                 seq=self._snap.seq + 1,
                 taken_at=now,
             )

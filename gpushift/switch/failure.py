@@ -15,7 +15,7 @@ from typing import Any
 
 from gpushift.config.schema import BackendConfig, Config
 from gpushift.errors import GpushiftError, SwitchFailed, VramNotReleased
-from gpushift.switch import records
+from gpushift.switch import frontdoor, records
 from gpushift.switch.policy import gate_gpus
 from gpushift.switch.run import StepFailed, SwitchResult, SwitchRun
 from gpushift.switch.steps import Steps
@@ -30,8 +30,10 @@ def close(
     error: str | None = None,
     config: Config | None = None,
 ) -> SwitchResult:
-    """Complete the ledger row and turn it into the run's result.  A row that ends failed, rolled
-    back or refused runs the ``on_failure`` hook first (with ``config``), so the row records it."""
+    """Complete the ledger row and turn it into the run's result.  The front door (when there is
+    one) releases the requests it holds to what serves now, first; a row that ends failed, rolled
+    back or refused then runs the ``on_failure`` hook (with ``config``), so the row records both."""
+    frontdoor.release(steps.ports, run, rec, config)
     if not ok and config is not None and steps.on_failure is not None:
         steps.on_failure(run, config, rec)
     rec.finished_at = steps.ports.clock.now()

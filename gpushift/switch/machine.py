@@ -27,7 +27,7 @@ from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError, NothingToCancel, SwitchFailed, SwitchInProgress, UnknownBackend
 from gpushift.host.nulllog import NULL_LOG
 from gpushift.ports import Ports
-from gpushift.switch import records
+from gpushift.switch import frontdoor, records
 from gpushift.switch.failure import FailurePolicy, close
 from gpushift.switch.hooks import SwitchHooks
 from gpushift.switch.phases import TransitionError
@@ -318,6 +318,10 @@ class Switcher:
             rec.outcome = Outcome.FAILED.value
             rec.failed_phase = run.phase.value
             rec.message = f"internal error in phase {run.phase.value}: {e!r}"
+            try:  # held requests are not left waiting on a switch that crashed
+                frontdoor.release(self.ports, run, rec, self.config)
+            except Exception as e2:
+                self.log.exception("frontdoor_release_failed", ticket=run.ticket, error=repr(e2))
             rec.finished_at = self.ports.clock.now()
             try:
                 self.ports.ledger.finish(rec)
@@ -363,7 +367,7 @@ class Switcher:
         rec.message = f"{run.target} is serving" if run.target != OFF else "every backend stopped; GPUs free"
         if run.target != OFF:
             self.preflight.learn(rec)
-        return close(self.steps, run, rec, True)
+        return close(self.steps, run, rec, True, config=config)
 
     def _preflight(self, run: SwitchRun, config: Config) -> SwitchResult | None:
         """Nothing touched yet, every read asked now: the run's plan, or how the switch ends here
@@ -457,6 +461,7 @@ class Switcher:
         st = ready
         if steps.warm_up(run, config, target_cfg, rec, ready) or st is None:
             st = self.ports.units.state(target_cfg.unit)
+        steps.compare_models(run, target_cfg, rec, st)  # recorded, never a failure
         steps.persist(run)
         steps.check_cancel(run, Phase.READY)
         rec.vram["ready"] = [r.to_dict() for r in steps.readings(plan.watched)]

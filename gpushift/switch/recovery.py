@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushift.errors import GpushiftError
+from gpushift.switch import frontdoor
 from gpushift.switch.machine import Switcher
 from gpushift.switch.run import SwitchRun
 from gpushift.values import OFF, Outcome, SwitchRecord, Trigger
@@ -166,6 +167,8 @@ def _stop_everything(sw: Switcher, p: RecoveryPlan, log: Any) -> None:
                 errors.append(f"{unit}: stop job {job.result}")
         except GpushiftError as e:
             errors.append(f"{unit}: {e}")
+    if sw.ports.frontdoor is not None:  # nothing will serve: the held requests are answered now
+        rec.extra[frontdoor.KEY] = frontdoor.release_to(sw.ports.frontdoor, OFF, {})
     rec.outcome = Outcome.FAILED.value
     rec.failed_phase = p.found.phase.value
     rec.message = (

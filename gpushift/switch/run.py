@@ -63,6 +63,9 @@ class Plan:
     target_running: bool  # the target already runs beside others: keep it
     refusal: str | None = None  # why the switch is refused (nothing touched)
     refusal_error: str = SwitchFailed.dbus_name()
+    # The backends the front door was told to close at the drain, with the requests it still had
+    # in flight there (None: it did not answer); switch/frontdoor.py
+    closed: dict[str, int | None] = field(default_factory=dict)
 
 
 @dataclass

@@ -12,10 +12,11 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpushift.backends import cmdline, warmup
+from gpushift.backends import cmdline, models, warmup
 from gpushift.config.schema import BackendConfig, Config
 from gpushift.errors import CancelRefused
 from gpushift.ports import Ports
+from gpushift.switch import frontdoor
 from gpushift.switch.policy import gate
 from gpushift.switch.run import StepFailed, SwitchRun
 from gpushift.values import GpuReading, Phase, SwitchRecord, UnitState
@@ -30,6 +31,8 @@ READY_FAST_S = 2.0
 HEALTH_TIMEOUT_S = 1.0
 #: How often the readiness wait asks systemd about the starting unit (an exit is noticed this soon).
 UNIT_CHECK_INTERVAL_S = 0.25
+#: The deadline of the warm-up's look at ``/v1/models`` (the model names the front door routes by).
+MODELS_TIMEOUT_S = 5.0
 
 
 def ready_interval(config: Config, waited_s: float) -> float:
@@ -137,19 +140,25 @@ class Steps:
     # ------------------------------------------------------------------ steps
 
     def drain(self, run: SwitchRun, config: Config, b: BackendConfig) -> dict[str, Any]:
-        """Wait (up to drain_timeout_s) until ``b`` has no request running or waiting."""
+        """Close ``b`` at the front door (when there is one, also with ``--now``), then wait (up to
+        drain_timeout_s) until ``b`` has no request running or waiting: the larger of its own count
+        and the front door's (``switch/frontdoor.py``)."""
         clock = self.ports.clock
         t0 = clock.monotonic()
+        at_close = frontdoor.close(self.ports, run, b)
+        if self.ports.frontdoor is not None:
+            shown = "not answering" if at_close is None else f"{at_close} request(s) in flight there"
+            self.report(run, Phase.DRAIN, f"{b.name}: closed at the front door ({shown})")
         if run.skip_drain:
             self.report(run, Phase.DRAIN, f"{b.name}: drain skipped (--now)")
             return {"backend": b.name, "skipped": True}
-        first = self.ports.probe.in_flight(b)
-        n = first
+        count = frontdoor.DrainCount(self.ports, b, at_close)
+        first = n = count.first
         self.report(run, Phase.DRAIN, f"{b.name}: {'unknown' if n is None else n} request(s) in flight")
         while n is not None and n > 0 and clock.monotonic() - t0 < b.drain_timeout_s:
             self.check_cancel(run, Phase.DRAIN)
             clock.sleep(config.daemon.poll_interval_s)
-            n = self.ports.probe.in_flight(b)
+            n = count.now()
         waited = round(clock.monotonic() - t0, 3)
         timed_out = bool(n) and n is not None and n > 0
         if first:
@@ -319,6 +328,32 @@ class Steps:
             run, Phase.WARMUP, f"{b.name} answered: first token {res.ttft_s:.2f}s, all {res.total_s:.2f}s"
         )
         return True
+
+    def compare_models(self, run: SwitchRun, b: BackendConfig, rec: SwitchRecord, st: UnitState) -> None:
+        """After the warm-up: the model names gpushift routes by (the config's ``models``, else its
+        kind's reading of ``ExecStart=``) against what the server lists at ``/v1/models``, recorded
+        as ``extra.model_names`` (``expected``, ``listed`` or ``error``, ``missing``).  A mismatch is
+        reported and recorded, never a failure: the server serves, the names may be stale."""
+        names = models.resolve(b.kind, b.models, st.exec_start, st.environment)
+        if not names:
+            return  # nothing to compare (gpushift check says so)
+        env = cmdline.environment(st.environment)
+        argv = self.ports.host.cmdline(st.main_pid) if st.main_pid else []
+        url, headers = warmup.models_query(b, argv or cmdline.expand(st.exec_start, env), env)
+        listed, error = self.ports.probe.models(url, headers, MODELS_TIMEOUT_S)
+        entry: dict[str, Any] = {"expected": list(names)}
+        if listed is None:
+            entry["error"] = error
+        else:
+            entry["listed"] = listed[:32]
+            bad = models.compare(names, listed)
+            if bad is not None:
+                entry["missing"] = bad["missing"]
+                self.report(
+                    run, run.phase, f"warning: {b.name} does not list the model name(s) "
+                    f"{', '.join(bad['missing'])} at /v1/models (it lists {', '.join(listed[:8]) or 'none'})",
+                )  # fmt: skip
+        rec.extra["model_names"] = entry
 
     def record_launch(self, rec: SwitchRecord, b: BackendConfig, st: UnitState) -> None:
         """The launch as it really runs: argv from /proc, the version, the launch description."""

@@ -84,7 +84,7 @@ def test_check_finds_fp8_on_volta_from_a_dropin(sandbox):
         "gpushift-vllm.service",
         "10-fp8.conf",
         f"[Service]\nEnvironment=MODEL={model}\nExecStart=\nExecStart=/opt/vllm/bin/python -m "
-        "vllm.entrypoints.openai.api_server --model ${MODEL} --port 8000 --quantization fp8 "
+        "vllm.entrypoints.openai.api_server --model ${MODEL} --port 8001 --quantization fp8 "
         "--tensor-parallel-size 4\n",
     )
     sandbox.daemon_reload()

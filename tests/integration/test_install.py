@@ -63,7 +63,10 @@ UNITDIR = _unitdir()
 LAYOUT = {
     "/usr/local/bin/gpushift": "link",
     f"{UNITDIR}/gpushift.service": 0o644,
+    f"{UNITDIR}/gpushift-frontdoor.service": 0o644,
+    f"{UNITDIR}/gpushift-frontdoor.socket": 0o644,
     "/usr/share/dbus-1/system.d/org.gpushift.Switcher1.conf": 0o644,
+    "/usr/share/dbus-1/system.d/org.gpushift.FrontDoor1.conf": 0o644,
     "/usr/lib/sysusers.d/gpushift.conf": 0o644,
     "/usr/lib/tmpfiles.d/gpushift.conf": 0o644,
     "/usr/share/bash-completion/completions/gpushift": 0o644,
@@ -208,18 +211,25 @@ def test_install_lays_out_every_file_with_its_mode(staged: Staged) -> None:
     unit = (d / UNITDIR.lstrip("/") / "gpushift.service").read_text()
     assert f"\nExecStart={PREFIX}/bin/gpushift daemon\n" in unit
     assert f"\nExecReload={PREFIX}/bin/gpushift reload\n" in unit
-    for name in ("gpushift-vllm.service", "gpushift-llama.service", "gpushift.service"):
-        installed = d / ("etc/systemd/system" if name != "gpushift.service" else UNITDIR.lstrip("/")) / name
+    own = ("gpushift.service", "gpushift-frontdoor.service", "gpushift-frontdoor.socket")
+    for name in ("gpushift-vllm.service", "gpushift-llama.service", *own):
+        installed = d / ("etc/systemd/system" if name not in own else UNITDIR.lstrip("/")) / name
         shipped = (REPO / "units" / name).read_text()
         assert installed.read_text() == shipped.replace(
             "/opt/gpushift/bin/gpushift", f"{PREFIX}/bin/gpushift"
         )
-    assert not (d / "etc/systemd/system/gpushift.service").exists()  # never in the admin's directory
+    for name in own:  # never in the admin's directory
+        assert not (d / "etc/systemd/system" / name).exists(), name
+    front = (d / UNITDIR.lstrip("/") / "gpushift-frontdoor.service").read_text()
+    assert (
+        f"\nExecStart={PREFIX}/bin/gpushift frontdoor\n" in front and "\nUser=gpushift-frontdoor\n" in front
+    )
     # systemd gives StateDirectory=/RuntimeDirectory= to User=:Group= at each start: with
     # Group=gpushift they stay root:gpushift 0750, as tmpfiles.d makes them, and the group reads the ledger
     assert "\nGroup=gpushift\n" in unit and "\nStateDirectoryMode=0750\n" in unit
 
-    assert (d / "usr/lib/sysusers.d/gpushift.conf").read_text().count("\ng gpushift ") == 1
+    sysusers = (d / "usr/lib/sysusers.d/gpushift.conf").read_text()
+    assert sysusers.count("\ng gpushift ") == 1 and sysusers.count("\nu gpushift-frontdoor ") == 1
     tmpfiles = (d / "usr/lib/tmpfiles.d/gpushift.conf").read_text()
     assert "\nd /var/lib/gpushift 0750 root gpushift -\n" in tmpfiles
     assert "\nd /run/gpushift 0750 root gpushift -\n" in tmpfiles
@@ -263,7 +273,7 @@ def test_installed_gpushift_runs_from_its_venv_without_the_checkout(staged: Stag
     assert version_lines[0] == f"gpushift {__version__}", output(r)
     assert any(line.startswith("jeepney ") for line in version_lines), output(r)  # from the venv's metadata
     assert version_lines[-1].startswith("NVIDIA driver "), output(r)
-    for command in ("status", "switch", "daemon", "ledger", "schedule", "check"):
+    for command in ("status", "switch", "daemon", "ledger", "schedule", "check", "frontdoor"):
         assert f"\n  {command} " in part["help"], part["help"]
     assert part["origin"].startswith(f"{PREFIX}/lib/python3"), part["origin"]
     # pip's record of where the wheel came from names the build machine's directories: not installed
@@ -296,7 +306,13 @@ def _verify_root(staged: Staged, root: Path, with_venv: bool) -> subprocess.Comp
         exe.parent.mkdir(parents=True, exist_ok=True)
         exe.write_text("#!/bin/sh\nexit 0\n")
         exe.chmod(0o755)
-    units = ["gpushift.service", "gpushift-vllm.service", "gpushift-llama.service"]
+    units = [
+        "gpushift.service",
+        "gpushift-frontdoor.service",
+        "gpushift-frontdoor.socket",
+        "gpushift-vllm.service",
+        "gpushift-llama.service",
+    ]
     return run(["systemd-analyze", "verify", "--man=no", "--generators=no", f"--root={root}", *units], 120)
 
 
@@ -483,6 +499,7 @@ def test_install_on_the_live_system_creates_group_and_directories_then_uninstall
         mount -t tmpfs tmpfs /opt && mount -t tmpfs tmpfs /run
         make --no-print-directory -C {REPO} install {mk} > {out}/install.txt
         getent group gpushift > {out}/group.txt
+        getent passwd gpushift-frontdoor > {out}/passwd.txt
         stat -c '%n %U:%G %a' /var/lib/gpushift /run/gpushift > {out}/stat.txt
         /usr/local/bin/gpushift --version > {out}/version.txt
         echo ledger > /var/lib/gpushift/ledger.db
@@ -499,23 +516,29 @@ def test_install_on_the_live_system_creates_group_and_directories_then_uninstall
     assert r.returncode == 0, output(r) + "\n" + "\n".join(f"--- {k}\n{v}" for k, v in got.items())
 
     installed = got["install.txt"]
-    assert "systemd-sysusers: group gpushift exists" in installed, installed
+    assert "systemd-sysusers: group gpushift and user gpushift-frontdoor exist" in installed, installed
     assert "systemd-tmpfiles: /var/lib/gpushift and /run/gpushift are there (0750 root:gpushift)" in installed
     assert "systemd is not running here: systemctl daemon-reload skipped" in installed
     assert "  systemctl enable --now gpushift\n  gpushift check\n" in installed
     assert got["group.txt"].startswith("gpushift:x:")
+    # the front door's static user: no home, no shell, not in group gpushift
+    assert re.fullmatch(
+        r"gpushift-frontdoor:x:\d+:\d+:gpushift front door:/:/usr/sbin/nologin\n", got["passwd.txt"]
+    )
+    assert "gpushift-frontdoor" not in got["group.txt"]
     assert got["stat.txt"].splitlines() == [
         "/var/lib/gpushift root:gpushift 750",
         "/run/gpushift root:gpushift 750",
     ]
     assert got["version.txt"].startswith("gpushift ")
 
-    # uninstall: the ledger stays, and the group (and sysusers' backups of /etc/group): nothing else
+    # uninstall: the ledger stays, and the group and the user (and sysusers' backups): nothing else
     group_files = {"etc/group", "etc/gshadow", "etc/group-", "etc/gshadow-", "etc/.pwd.lock"}
+    group_files |= {"etc/passwd", "etc/shadow", "etc/passwd-", "etc/shadow-"}
     after = set(got["after-uninstall.txt"].split())
     assert after - group_files == {"var/lib/gpushift/ledger.db"}, got["after-uninstall.txt"]
     assert "kept /var/lib/gpushift (the ledger)" in got["uninstall.txt"]
-    assert "The group gpushift stays" in got["uninstall.txt"]
+    assert "The group gpushift and the user gpushift-frontdoor stay" in got["uninstall.txt"]
     assert set(got["after-purge.txt"].split()) <= group_files, got["after-purge.txt"]
     assert not got["whiteouts.txt"].strip(), (
         f"uninstall removed files it had not installed:\n{got['whiteouts.txt']}"

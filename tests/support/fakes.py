@@ -555,6 +555,8 @@ class FakeProbe:
         self.version_error: Exception | None = None  # version() raises this (a bug in a probe)
         self.warmups: list[WarmupRequest] = []
         self.warmup_results: dict[str, WarmupResult] = {}  # by URL; absent: answered at once
+        self.model_lists: dict[str, list[str]] = {}  # /v1/models by URL; absent: HTTP 404
+        self.models_calls: list[tuple[str, dict[str, str]]] = []
         self._lock = threading.Lock()
 
     def set_health(
@@ -621,6 +623,12 @@ class FakeProbe:
         self.warmups.append(request)
         self.log.add("probe.warmup", request.url)
         return self.warmup_results.get(request.url, WarmupResult(True, 200, "1 chunk(s)", 0.01, 0.02, 1))
+
+    def models(self, url: str, headers: Any, timeout_s: float = 5.0) -> tuple[list[str] | None, str | None]:
+        self.models_calls.append((url, dict(headers)))
+        self.log.add("probe.models", url)
+        names = self.model_lists.get(url)
+        return (list(names), None) if names is not None else (None, "HTTP 404")
 
     def in_flight(self, backend: Any) -> int | None:
         name = backend.name
@@ -764,6 +772,95 @@ class FakeHost:
     def unit_log(self, unit: str, lines: int) -> dict[str, Any]:
         self.log.add("host.unit_log", unit)
         return {"source": "journal", "lines": self.unit_logs.get(unit, [])[-lines:]}
+
+
+class FakeFrontDoor:
+    """The FrontDoorPort (``org.gpushift.FrontDoor1``): which backends are closed, the requests in
+    flight per backend (``set_in_flight``: a start and a step fewer per ``InFlight``, like
+    :class:`FakeProbe`), the requests held (``hold``) and what ``Release`` answered.
+
+    ``absent``: nobody owns the name (every call answers None at once); ``hang``: it owns the
+    name and never answers (every call takes ``timeout_s`` of the fake clock, then None).  Every
+    call goes on the shared timeline as ``frontdoor.<call>``.
+    """
+
+    def __init__(self, log: EventLog, clock: FakeClock, timeout_s: float = 5.0) -> None:
+        self.log = log
+        self.clock = clock
+        self.timeout_s = timeout_s
+        self.absent = False
+        self.hang = False
+        self.closed: set[str] = set()
+        self.released: list[str] = []
+        self.held = 0
+        self.longest_s = 0.0
+        self.listen = ["[::]:8000", "[::]:8080"]
+        self._in_flight: dict[str, list[int]] = {}
+        self._step: dict[str, int] = {}
+        self._errors: dict[str, str | None] = {}
+        self._lock = threading.Lock()
+
+    def set_in_flight(self, backend: str, start: int, step: int = 1) -> None:
+        with self._lock:
+            self._in_flight[backend] = [start]
+            self._step[backend] = step
+
+    def hold(self, n: int, longest_s: float) -> None:
+        """``n`` requests are held now, the oldest for ``longest_s``."""
+        self.held, self.longest_s = n, longest_s
+
+    def _answers(self, call: str, *args: Any) -> bool:
+        self.log.add(f"frontdoor.{call}", *args)
+        if self.hang:
+            self.clock.sleep(self.timeout_s)
+            self._errors[call] = f"{call}: Timeout was reached"
+            return False
+        if self.absent:
+            self._errors[call] = f"{call}: org.freedesktop.DBus.Error.ServiceUnknown: no owner"
+            return False
+        self._errors[call] = None
+        return True
+
+    def _count(self, backend: str, poll: bool) -> int:
+        with self._lock:
+            seq = self._in_flight.get(backend)
+            if seq is None:
+                return 0
+            n = seq[0]
+            if poll:
+                seq[0] = max(0, n - self._step[backend])
+            return n
+
+    def close(self, backend: str) -> int | None:
+        if not self._answers("close", backend):
+            return None
+        self.closed.add(backend)
+        return self._count(backend, poll=True)  # its answer is the first poll of the drain
+
+    def in_flight(self, backend: str) -> int | None:
+        if not self._answers("in_flight", backend):
+            return None
+        return self._count(backend, poll=True)
+
+    def release(self, serving: str) -> tuple[int, float] | None:
+        if not self._answers("release", serving):
+            return None
+        self.released.append(serving)
+        self.closed.discard(serving)
+        got = (self.held, self.longest_s)
+        self.held, self.longest_s = 0, 0.0
+        return got
+
+    def status(self) -> dict[str, Any] | None:
+        if not self._answers("status"):
+            return None
+        with self._lock:
+            counts = {b: seq[0] for b, seq in self._in_flight.items()}
+        return {"listen": list(self.listen), "held": self.held, "in_flight": counts,
+                "closed": sorted(self.closed), "daemon": "connected", "requests": 0}  # fmt: skip
+
+    def last_error(self, call: str) -> str | None:
+        return self._errors.get(call)
 
 
 class FakeHookRunner:

@@ -6,10 +6,12 @@ module boots one that is private to the caller:
 
 * a runtime directory made under ``/run`` (not ``/tmp``: a unit with ``PrivateTmp=yes`` would not see
   sockets placed under ``/tmp``) becomes ``$XDG_RUNTIME_DIR``;
-* a real ``dbus-daemon --session`` listens on ``$XDG_RUNTIME_DIR/bus``
+* a real ``dbus-daemon`` with the session bus's configuration listens on ``$XDG_RUNTIME_DIR/bus``
   (``$DBUS_SESSION_BUS_ADDRESS``), run the way a real user session runs it: as the manager's own
   ``dbus.socket``/``dbus.service`` (the sandbox writes both units, naming this machine's
-  dbus-daemon, so the distribution's ``dbus-user-session`` package is not needed);
+  dbus-daemon, so the distribution's ``dbus-user-session`` package is not needed); its policy adds
+  the front door's shipped one (``<base_dir>/dbus-session.conf``: only the front door's user may
+  own ``org.gpushift.FrontDoor1``, only root may send to it; :mod:`tests.support.frontdoor_sandbox`);
 * ``systemd --user`` runs with its own ``$XDG_CONFIG_HOME`` (units go to
   ``$XDG_CONFIG_HOME/systemd/user``) and ``XDG_DATA_HOME``/``XDG_STATE_HOME``/``XDG_CACHE_HOME``
   inside the sandbox, so nothing depends on ``$HOME``.
@@ -74,6 +76,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import frontdoor_sandbox
 from .journald import JournaldError, PrivateJournal
 from .journald import missing_tools as journal_missing_tools
 from .procs import alive, end_pid, first_executable, proc_starttime
@@ -193,10 +196,12 @@ def _mask_names() -> list[str]:
     return sorted(n for n in names if n.endswith((".socket", ".timer", ".path")))
 
 
-def _bus_units(dbus_daemon: str, log: Path) -> dict[str, str]:
+def _bus_units(dbus_daemon: str, log: Path, config: Path) -> dict[str, str]:
     """The manager's session bus: the units a user session has, naming this machine's dbus-daemon.
 
     The names are systemd's: the manager joins the bus when ``dbus.socket`` and ``dbus.service`` run.
+    ``config`` is the bus's configuration: the distribution's session bus and the front door's
+    shipped policy (:func:`tests.support.frontdoor_sandbox.bus_config`).
     """
     return {
         "dbus.socket": (
@@ -206,7 +211,8 @@ def _bus_units(dbus_daemon: str, log: Path) -> dict[str, str]:
         "dbus.service": (
             "[Unit]\nDescription=D-Bus session bus (gpushift sandbox)\nRequires=dbus.socket\n\n"
             "[Service]\n"
-            f"ExecStart={dbus_daemon} --session --address=systemd: --nofork --nopidfile --systemd-activation\n"
+            f"ExecStart={dbus_daemon} --config-file={config} --address=systemd: --nofork --nopidfile "
+            "--systemd-activation\n"
             f"StandardOutput=append:{log}\nStandardError=append:{log}\n"
         ),
         SANDBOX_TARGET: (
@@ -350,7 +356,9 @@ class Sandbox:
                 link.symlink_to("/dev/null")
         dbus_daemon = shutil.which("dbus-daemon")
         assert dbus_daemon is not None  # missing_tools() checked
-        for name, text in _bus_units(dbus_daemon, self.base_dir / "dbus.log").items():
+        bus_conf = self.base_dir / "dbus-session.conf"
+        bus_conf.write_text(frontdoor_sandbox.bus_config())
+        for name, text in _bus_units(dbus_daemon, self.base_dir / "dbus.log", bus_conf).items():
             (self.unit_dir / name).write_text(text)
         self.exports = {
             "XDG_RUNTIME_DIR": str(self.runtime_dir),

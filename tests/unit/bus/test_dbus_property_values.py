@@ -52,6 +52,10 @@ def test_values_of_an_idle_daemon_serving_day(world: Any) -> None:
         "Phase": "",
         "NextSwitch": ("night", int(at(2, 20).timestamp())),
         "Backends": ["day", "night"],
+        "SwitchTarget": "",
+        "NextServed": {},
+        "Models": {},
+        "TimeZone": "",
     }
 
 
@@ -64,7 +68,7 @@ def test_active_backend_follows_the_status_rule(world: Any) -> None:
 
 
 def test_switch_in_flight_gives_its_phase_and_no_next_switch_is_zero(world: Any) -> None:
-    run = SimpleNamespace(phase=Phase.RELEASE)
+    run = SimpleNamespace(phase=Phase.RELEASE, target="night")
     p = props(world, current=run, mode=Mode.HOLD, nxt=None)
     assert (p["SwitchInProgress"], p["Phase"], p["Mode"], p["NextSwitch"]) == (
         True,
