@@ -69,8 +69,15 @@ class Observer:
             ("backend", "reason"),
             registry=self.registry,
         )
-        for b in backends:
-            self.in_flight.labels(b).set(0)
+        self._in_flight = {b: self.in_flight.labels(b) for b in backends}
+        for g in self._in_flight.values():
+            g.set(0)
+
+    def set_in_flight(self, backend: str, n: int) -> None:
+        g = self._in_flight.get(backend)
+        if g is None:
+            g = self._in_flight[backend] = self.in_flight.labels(backend)
+        g.set(n)
 
     def label(self, model: str | None) -> str:
         if model is None:

@@ -44,6 +44,10 @@ REFUSED_METHODS = frozenset({"CONNECT", "TRACE"})
 #: Read from the client in pieces of at most this many bytes.
 READ_CHUNK = 64 * 1024
 
+#: An answer with a Content-Length up to this is read whole and sent with its head in one write;
+#: anything else (a stream, server-sent events) passes chunk by chunk as it comes.
+WHOLE_MAX = 64 * 1024
+
 #: The status an access line shows for a client that went away before its answer (nginx's 499).
 CLIENT_GONE = 499
 
@@ -256,9 +260,21 @@ async def _relay(
     fd: DoorState, backend: Backend, request: web.BaseRequest, up: aiohttp.ClientResponse
 ) -> web.StreamResponse:
     pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in up.raw_headers]
-    resp = web.StreamResponse(
-        status=up.status, reason=up.reason, headers=CIMultiDict(wire.response_headers(pairs))
-    )
+    headers = CIMultiDict(wire.response_headers(pairs))
+    length = up.content_length
+    if (
+        length is not None
+        and length <= WHOLE_MAX
+        and request.method != "HEAD"
+        and up.status not in (204, 304)
+    ):
+        try:  # a small answer of known length: sent in one piece with its head
+            body = await up.content.readexactly(length)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+            fd.observer.upstream_errors.labels(backend.name, _reason(e)).inc()
+            return error_response(answers.upstream_failed(backend.name, _reason(e)))
+        return web.Response(status=up.status, reason=up.reason, body=body, headers=headers)
+    resp = web.StreamResponse(status=up.status, reason=up.reason, headers=headers)
     await resp.prepare(request)
     while True:
         try:

@@ -88,12 +88,14 @@ class DoorState:
         self._last_serving = ""
         self._fallback_ok = True
         self._in_flight = dict.fromkeys(self.backends, 0)
+        self._native = frozenset(r for b in self.backends.values() for r in b.native)
         self.holding = Holding(self.settings.max_held, self.settings.hold_timeout_s)
         self.observer = Observer(self.backends, self._every_name())
         self.requests = 0
         self._switch_began: float | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._grace: asyncio.TimerHandle | None = None
+        self._health_task: asyncio.Task[None] | None = None
         self.addresses: list[str] = []  # what is served (core.FrontDoor.serve)
         self.health_probe: Callable[[Backend], Awaitable[bool]] | None = None  # set once serving
 
@@ -115,7 +117,8 @@ class DoorState:
         self._follow_release(old, view)
         if not view.connected and old.connected:
             self._fallback_ok = True
-            self._spawn(self._watch_health())
+            if self._health_task is None or self._health_task.done():
+                self._health_task = self._spawn(self._watch_health())
         if self._closed and view.connected and not view.switching and (old.switching or not old.connected):
             self._arm_grace()
         self._resort()
@@ -209,7 +212,7 @@ class DoorState:
         """A forwarded request ended (answered, failed or its client gone)."""
         if self._in_flight.get(backend, 0) > 0:
             self._in_flight[backend] -= 1
-            self.observer.in_flight.labels(backend).set(self._in_flight[backend])
+            self.observer.set_in_flight(backend, self._in_flight[backend])
 
     async def hold(self, model: str | None, target: str) -> tuple[Outcome | Answer, float]:
         """Hold a request until the switch sorts it: its outcome (a ``forward`` counted in flight,
@@ -252,10 +255,7 @@ class DoorState:
 
     def native_routes(self) -> frozenset[str]:
         """Every configured kind's own routes (a path outside all of them and /v1/ is a 404)."""
-        out: set[str] = set()
-        for b in self.backends.values():
-            out |= b.native
-        return frozenset(out)
+        return self._native
 
     # ---- inside ---------------------------------------------------------------------------
     def _every_name(self) -> list[str]:
@@ -269,7 +269,7 @@ class DoorState:
 
     def _begin(self, backend: str) -> None:
         self._in_flight[backend] = self._in_flight.get(backend, 0) + 1
-        self.observer.in_flight.labels(backend).set(self._in_flight[backend])
+        self.observer.set_in_flight(backend, self._in_flight[backend])
 
     def _dropped(self, outcome: Outcome) -> None:
         if outcome.decision.action == routing.FORWARD:
@@ -304,7 +304,10 @@ class DoorState:
 
     def _arm_grace(self) -> None:
         self._cancel_grace()
-        self._grace = asyncio.get_running_loop().call_later(RELEASE_GRACE_S, self._grace_over)
+        try:
+            self._grace = asyncio.get_running_loop().call_later(RELEASE_GRACE_S, self._grace_over)
+        except RuntimeError:  # no loop (a unit test driving update() alone)
+            self._grace = None
 
     def _cancel_grace(self) -> None:
         if self._grace is not None:
@@ -320,14 +323,15 @@ class DoorState:
     async def _release_quietly(self, serving: str) -> None:
         await self.release(serving)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[None] | None:
         try:
             task = asyncio.get_running_loop().create_task(coro)
         except RuntimeError:  # no loop (a unit test driving update() alone)
             coro.close()
-            return
+            return None
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _watch_health(self) -> None:
         """While the daemon is lost: is the last serving backend's health still answering?"""
