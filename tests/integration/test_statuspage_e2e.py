@@ -1,6 +1,7 @@
 """The status page, end to end: the real daemon (the shipped gpushift.service under a real systemd
 user manager, stand-in backends, a schedule with a calendar exception), the real front door
-process (``gpushift frontdoor``) on the sandbox's bus, and a real headless Chromium (Debian's
+(the shipped ``gpushift-frontdoor.socket`` and ``.service``, socket-activated in the sandbox's
+manager: ``tests/support/frontdoor_sandbox.py``) on the sandbox's bus, and a real headless Chromium (Debian's
 ``chromium``, driven through the DevTools protocol: ``tests/support/chromium.py``) reading the
 page it serves at ``/gpushift/``.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
+import sys
 import time
 import urllib.request
 from datetime import datetime, timedelta
@@ -29,9 +30,10 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from gpushift_env import GPUSHIFT, REPO, Backend, GpushiftEnv, end, free_port
+from gpushift_env import REPO, Backend, GpushiftEnv, free_port
 
 from tests.support.chromium import Chromium
+from tests.support.frontdoor_sandbox import SandboxFrontDoor
 
 BERLIN = ZoneInfo("Europe/Berlin")
 #: The acceptance's bound from a switch's end to the page showing it.
@@ -68,28 +70,40 @@ def unit_words(env: GpushiftEnv, b: Backend) -> list[str]:
     return [w for w in words if len(w) > 3 and not w.isdigit()]
 
 
-def start_frontdoor(env: GpushiftEnv, port: int) -> subprocess.Popen[bytes]:
-    log = (env.base / "frontdoor.log").open("wb")
-    proc = subprocess.Popen(
-        [GPUSHIFT, "--config", str(env.config_path), "frontdoor"],
-        env={**env.sb.env, "DBUS_SESSION_BUS_ADDRESS": env.sb.bus_address},
-        stdout=log,
-        stderr=log,
-    )
-    log.close()
+#: The virtualenv's interpreter may live under /root or /home (pyenv): ProtectHome=yes would hide it.
+INTERPRETER_HOME = (
+    ["# this checkout's interpreter lives under a home directory", "ProtectHome=read-only"]
+    if os.path.realpath(sys.executable).startswith(("/root/", "/home/"))
+    else []
+)
+
+
+def start_frontdoor(env: GpushiftEnv, port: int) -> SandboxFrontDoor:
+    """The shipped front door units in the sandbox (socket-activated: ``frontdoor_sandbox.py``),
+    serving the page once it has heard from the daemon."""
+    door = SandboxFrontDoor(
+        env.sb,
+        env.config_path,
+        [f"127.0.0.1:{port}"],
+        environment=[f"DBUS_SESSION_BUS_ADDRESS={env.sb.bus_address}"],
+        service_lines=[
+            "# the config lives under /tmp, shared with the test (as the daemon's drop-in does)",
+            "PrivateTmp=no",
+            *INTERPRETER_HOME,
+        ],
+    ).install()
+    door.start_socket()
+    door.activate()
     end_at = time.monotonic() + DEADLINE_S
     while True:
         try:
             doc = json.loads(get(f"http://127.0.0.1:{port}/gpushift/status.json"))
             if doc.get("stale_since") is None and doc["serving"]["backend"] in ("a", "b"):
-                return proc
+                return door
         except OSError:
             pass
-        if proc.poll() is not None or time.monotonic() > end_at:
-            end(proc)
-            raise AssertionError(
-                f"the front door did not serve the page:\n{(env.base / 'frontdoor.log').read_text()}"
-            )
+        if time.monotonic() > end_at:
+            raise AssertionError(f"the front door did not serve the page:\n{door.log()}")
         time.sleep(0.2)
 
 
@@ -129,7 +143,7 @@ def test_the_status_page_in_chromium_follows_a_switch_and_shows_no_secret(sandbo
     first = env.status()["active"]
     other = "b" if first == "a" else "a"
 
-    frontdoor = start_frontdoor(env, port)
+    start_frontdoor(env, port)  # its units stop with the sandbox
     browser = Chromium(base / "chromium")
     try:
         browser.start()
@@ -171,4 +185,3 @@ def test_the_status_page_in_chromium_follows_a_switch_and_shows_no_secret(sandbo
         assert [r["to"] for r in doc["recent"]][:1] == [other]
     finally:
         browser.stop()
-        end(frontdoor)
