@@ -191,6 +191,8 @@ def draw(
     last = week.days[-1].date
     say(f"Schedule {sched.path} (time zone {sched.tz}, {zone_note})")
     say(f"{first:%a %Y-%m-%d} to {last:%a %Y-%m-%d}, 3 columns an hour (20 minutes each):")
+    if not sched.entries and not sched.spans:
+        say("The schedule has no entries: it never switches.")
     for line in render(week, letters(names), painter(names)):
         say(line)
     if overlay_from is not None and overlay_from != DAEMON:

@@ -164,6 +164,8 @@ def _legend(week: Week, marks: dict[str, str], paint: Paint | None) -> list[str]
     lines.append("  UPPER CASE and =: a calendar exception, an override or a hold")
     if any(d.gaps for d in week.days):
         lines.append("  blank: wall-clock times the clock skips")
+    if any(s.backend is None for s in week.stretches):
+        lines.append("  ?: nothing in effect (no entry has fired yet)")
     return lines
 
 

@@ -191,3 +191,23 @@ def test_every_cell_of_an_ordinary_week_shows_a_stretch_and_the_row_is_80_column
     rows = render(w, letters(["vllm", "llama"]))[1:]
     assert [len(r) for r in rows if r[:3] in ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")] == [WIDTH] * 7
     assert w.days[-1].end - w.days[0].start == timedelta(days=7)
+
+
+def test_an_empty_schedule_draws_nothing_in_effect_and_says_so() -> None:
+    w = lay_out(parse_schedule("# nothing\n", "schedule", backends=BACKENDS), date(2026, 3, 26), 1)
+    lines = render(w, letters(["vllm", "llama"]))
+    assert lines[1] == "Thu 26  " + "?" * 72
+    assert lines[-1] == "  ?: nothing in effect (no entry has fired yet)"
+
+
+def test_a_day_whose_midnight_is_skipped_starts_after_the_gap_on_its_axis() -> None:
+    # America/Santiago, Sunday 6 September 2026: 00:00 -04 becomes 01:00 -03.
+    s = parse_schedule(
+        "TZ=America/Santiago\n0 8 * * * vllm\n0 20 * * * llama\n", "schedule", backends=BACKENDS
+    )
+    w = lay_out(s, date(2026, 9, 6), 1)
+    (day,) = w.days
+    assert day.hours == 23 and day.start == utc(2026, 9, 6, 4)
+    assert [(x.kind, x.x0, x.x1) for x in day.shifts] == [("gap", 0, 3600)]
+    assert day.pieces[0].x0 == 3600
+    assert render(w, letters(["vllm", "llama"]))[1] == "Sun  6     " + "l" * 21 + "v" * 36 + "l" * 12
