@@ -94,6 +94,13 @@ class DaemonLink:
         self.view = DaemonView()
         self.owns_name = False
         self.connected = asyncio.Event()  # the bus connection is up (tests wait on it)
+        #: Set once the link has tried the daemon: its properties read, nobody owning its name, or the
+        #: bus or the read failing.  The command serves only then (bounded), so that a request the
+        #: front door accepts right after a restart is not answered "daemon not answering" while the
+        #: answer is a few milliseconds away; until then connections wait in the socket's backlog.
+        self.first_read = asyncio.Event()
+        self._failures = 0
+        self._failed_since = 0.0
         self._conn: BusConnection | None = None
         self._switcher_owner: str | None = None
         self._uids: dict[str, int | None] = {}
@@ -114,12 +121,24 @@ class DaemonLink:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - the link never dies: log, pause, reconnect
-                self.log.warning("frontdoor_bus_lost", bus=self.bus, error=f"{type(e).__name__}: {e}")
+                self._note_failure(e)
             self._lost()
+            self.first_read.set()
             if self._monotonic() - began >= STEADY_S:
                 self.backoff.reset()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.backoff.pause())
+
+    def _note_failure(self, e: Exception) -> None:
+        """The first failure in a row is a warning; the next ones once a minute (a bus that stays
+        away must not fill the journal at every attempt)."""
+        now = self._monotonic()
+        self._failures += 1
+        if self._failures == 1 or now - self._failed_since >= 60.0:
+            self._failed_since = now
+            self.log.warning(
+                "frontdoor_bus_lost", bus=self.bus, error=f"{type(e).__name__}: {e}", attempts=self._failures
+            )
 
     async def get_summary(self) -> str:
         """``Switcher1.GetSummary()``: the status page's redacted summary, as JSON text
@@ -183,6 +202,7 @@ class DaemonLink:
         try:
             await self._add_matches(conn)
             self.connected.set()
+            self._failures = 0
             self.log.info("frontdoor_bus_connected", bus=self.bus, unique_name=conn.unique_name)
             tasks += [
                 asyncio.ensure_future(self._watch(conn, signals)),
@@ -288,6 +308,7 @@ class DaemonLink:
             owner = ""
         follow = _Follow(str(owner))
         await self._read(conn, follow)
+        self.first_read.set()
         while True:
             retry = follow.owner and follow.serial is None
             try:

@@ -6,8 +6,9 @@
    ``GPUSHIFT_EVENT=...``), one JSON object per line elsewhere (:mod:`gpushift.host.logs`).
 3. Take the listening sockets systemd passed (``gpushift-frontdoor.socket``, :mod:`listenfds`), or,
    started without them (by hand, in tests), bind ``[frontdoor] listen``.
-4. Serve (the core), then tell systemd ``READY=1`` (``Type=notify``), and follow the daemon over
-   D-Bus (:mod:`daemonlink`) for the process's life.
+4. Follow the daemon over D-Bus (:mod:`daemonlink`) for the process's life; once it has read what
+   serves (or found no daemon: at most ``[frontdoor] bus_timeout_s``), serve (the core), then tell
+   systemd ``READY=1`` (``Type=notify``).
 5. SIGTERM (or SIGINT): ``STOPPING=1``, stop accepting, let the requests in flight end (at most
    :data:`STOP_GRACE_S`; the unit's ``TimeoutStopSec=`` is longer), leave the bus, exit 0.  The
    listening sockets stay systemd's: a connection made meanwhile waits in their backlog for the next
@@ -86,18 +87,24 @@ async def run(config: Any, sockets: list[ListenSocket], log: Any, notifier: Any 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     core = FrontDoor(config)
-    try:
-        await core.serve([s.sock for s in sockets] or None)
-    except OSError as e:
-        where = ", ".join(config.frontdoor.listen)
-        log.error("frontdoor_cannot_listen", listen=where, error=e.strerror or str(e))
-        return EXIT_NO_SOCKETS
-    listening = [s.address for s in sockets] or list(config.frontdoor.listen)
     link = DaemonLink(core, config.daemon.bus, log, call_timeout_s=config.frontdoor.bus_timeout_s)
     from gpushift.frontdoor.page import StatusPage, SummarySource
 
     core.status_page = StatusPage(SummarySource(link.get_summary, log=log), core)  # /gpushift/
     linked = asyncio.ensure_future(link.run())
+    # What serves first (bounded): a request accepted before it is known would get "the daemon is
+    # not answering"; meanwhile connections wait in the backlog.
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(link.first_read.wait(), config.frontdoor.bus_timeout_s)
+    try:
+        await core.serve([s.sock for s in sockets] or None)
+    except OSError as e:
+        where = ", ".join(config.frontdoor.listen)
+        log.error("frontdoor_cannot_listen", listen=where, error=e.strerror or str(e))
+        await link.stop()
+        linked.cancel()
+        return EXIT_NO_SOCKETS
+    listening = [s.address for s in sockets] or list(config.frontdoor.listen)
     log.info(
         "frontdoor_serving",
         listen=listening,

@@ -48,6 +48,12 @@ LINGER_S = 2.0
 #: After accept() failed (out of file descriptors, ...), wait this long before the next try.
 ACCEPT_PAUSE_S = 0.1
 
+#: At a stop, how long a connection accepted just before may take to deliver its first request:
+#: its client sent it to a socket that was listening, so it is answered, not reset (closing a
+#: connection with its request unread makes the kernel send a reset; a restart under socket
+#: activation must lose no request).
+FIRST_REQUEST_GRACE_S = 2.0
+
 
 def bind(address: str) -> socket.socket:
     """A listening socket on ``HOST:PORT`` (``[::]`` takes IPv4 too)."""
@@ -123,6 +129,10 @@ class FrontProtocol(RequestHandler):
     def request_done(self) -> None:
         self._busy = False
 
+    def awaiting_first_request(self) -> bool:
+        """Accepted, open, and no request's head has arrived on it yet."""
+        return self._heads == 0 and not self._busy and self.transport is not None
+
     def handle_error(
         self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
     ) -> web.StreamResponse:
@@ -185,6 +195,7 @@ class Network:
         self._slots = asyncio.Semaphore(s.max_connections)
         self._sockets: list[socket.socket] = []
         self._accepting: list[asyncio.Task[None]] = []
+        self._closing = asyncio.Event()
         self._metrics: asyncio.AbstractServer | None = None
         self.addresses: list[str] = []
 
@@ -231,15 +242,24 @@ class Network:
         return web.Response(body=self.fd.observer.page(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _accept(self, sock: socket.socket) -> None:
+        """Accept until :meth:`stop`.  The stop is an event, not a cancel: a task cancelled just as
+        its accept() completed would lose that connection (reset, its request unread)."""
         loop = asyncio.get_running_loop()
         factory: Callable[[], asyncio.Protocol] = self.server
-        while True:
-            await self._slots.acquire()
-            try:
-                conn, _ = await loop.sock_accept(sock)
-            except asyncio.CancelledError:
+        while not self._closing.is_set():
+            await self._slots.acquire()  # a cancel here (stop() with every slot taken) accepted nothing
+            accepting = asyncio.ensure_future(loop.sock_accept(sock))
+            closing = asyncio.ensure_future(self._closing.wait())
+            await asyncio.wait({accepting, closing}, return_when=asyncio.FIRST_COMPLETED)
+            closing.cancel()
+            if not accepting.done():  # stop() came first: nothing was accepted
+                accepting.cancel()
                 self._slots.release()
-                raise
+                with contextlib.suppress(asyncio.CancelledError, OSError):
+                    await accepting
+                return
+            try:
+                conn, _ = accepting.result()
             except OSError as e:
                 self._slots.release()
                 if e.errno in (errno.EBADF, errno.EINVAL, errno.ENOTSOCK):
@@ -259,16 +279,29 @@ class Network:
     def connection_gone(self) -> None:
         self._slots.release()
 
+    async def _first_requests(self, grace_s: float) -> None:
+        """Wait, at most ``grace_s``, until no connection is still to deliver its first request."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace_s
+        while loop.time() < end and any(
+            isinstance(c, FrontProtocol) and c.awaiting_first_request() for c in self.server.connections
+        ):
+            await asyncio.sleep(0.01)
+
     async def stop(self) -> None:
-        for t in self._accepting:
-            t.cancel()
-        for t in self._accepting:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        self._closing.set()
+        if self._accepting:
+            _done, stuck = await asyncio.wait(self._accepting, timeout=1.0)
+            for t in stuck:  # waiting for a free slot: nothing accepted, a cancel loses nothing
+                t.cancel()
+            for t in self._accepting:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
         for sock in self._sockets:
             sock.close()
         if self._metrics is not None:
             self._metrics.close()
+        await self._first_requests(FIRST_REQUEST_GRACE_S)
         self.server.pre_shutdown()  # idle keep-alive connections close now, busy ones after their answer
         await self.server.shutdown(SHUTDOWN_S)
         await self.upstream.close()

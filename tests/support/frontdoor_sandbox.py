@@ -19,8 +19,9 @@ unit's hardening (no capabilities, ``PrivateUsers=``, the system call filter, ``
 **The units.** :func:`socket_unit` and :func:`service_unit` are the shipped
 ``units/gpushift-frontdoor.socket`` and ``.service`` with only what a test must change: the listen
 addresses (free ports of the test's), the command (this checkout's ``gpushift frontdoor --config``),
-``User=``/``Group=`` left out (above), ``ProtectHome=read-only`` where the checkout lives under
-``/home`` or ``/root`` (it must stay readable), and the output to the sandbox's journal.
+``User=``/``Group=`` left out (above), ``ProtectHome=read-only`` where the checkout or the Python
+it runs lives under ``/home`` or ``/root`` (they must stay readable: here the interpreter is a
+pyenv build under ``/root``), and the output to the sandbox's journal.
 :class:`SandboxFrontDoor` installs them, starts the socket, and waits for what a test waits for.
 """
 
@@ -98,7 +99,10 @@ def socket_unit(listen: Sequence[str]) -> str:
 
 
 def _checkout_under_home() -> bool:
-    return any(str(REPO).startswith(p) for p in ("/home/", "/root/", "/run/user/"))
+    """The checkout or the interpreter (a pyenv build under /root, say) lives where ``ProtectHome=yes``
+    hides it."""
+    paths = (str(REPO), os.path.realpath(sys.executable), sys.base_prefix)
+    return any(p.startswith(h) for p in paths for h in ("/home/", "/root/", "/run/user/"))
 
 
 def service_unit(
