@@ -103,7 +103,7 @@ class Upstream:
             return web.Response(status=302, headers={"Location": self.redirect_to})
         if request.path == "/health":
             return web.Response(status=200 if self.healthy else 503, text="ok")
-        if request.path == "/slow":
+        if request.path in ("/slow", "/v1/slow"):
             try:
                 await asyncio.sleep(3600)
             except asyncio.CancelledError:

@@ -96,6 +96,16 @@ def test_close_counts_in_flight_and_a_client_gone_ends_it(door_factory) -> None:
     wait_for(lambda: door.loop.call(lambda: door.fd.in_flight("day")) == 0, "in flight back to 0")
 
 
+def test_a_client_gone_before_the_backend_answered_aborts_the_backends_request(door_factory) -> None:
+    door = door_factory()
+    c = send(door, "POST", "/v1/slow", {"model": DAY})  # the backend takes an hour to answer
+    wait_for(lambda: [s for s in door.day.seen if s.path == "/v1/slow"], "the backend got the request")
+    assert door.loop.call(lambda: door.fd.in_flight("day")) == 1
+    c.close()
+    wait_for(door.day.client_gone.is_set, "the backend saw its client gone")
+    wait_for(lambda: door.loop.call(lambda: door.fd.in_flight("day")) == 0, "in flight back to 0")
+
+
 def test_a_switch_that_ends_without_close_lets_its_held_requests_go(door_factory) -> None:
     door = door_factory()
     switching(door)  # e.g. refused at preflight: no Close, no Release
