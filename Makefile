@@ -19,15 +19,17 @@ STAMP := $(VENV)/.installed
 PYENV_ROOT ?= /root/.pyenv
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
-# chromium: the status page's tests open the page in a real headless browser (tests/support/chromium.py).
 APT_PACKAGES := systemd dbus dbus-daemon libgirepository1.0-dev libcairo2-dev pkg-config gcc \
-	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base curl chromium
+	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base curl
 # Installed without their recommended packages: prometheus (with promtool) for the metrics tests,
 # which start a private Prometheus of their own (not node_exporter, which it recommends).  On a host
 # booted with systemd the package also enables its own prometheus.service; the tests never use it.
 APT_PACKAGES_NO_RECOMMENDS := prometheus
+# Only the integration tests need these: chromium, the real headless browser the status page's test
+# opens the page in (tests/support/chromium.py).
+TEST_APT_PACKAGES := chromium
 
-.PHONY: all deps venv lint test test-unit test-pythons test-contract test-integration test-real \
+.PHONY: all deps test-deps venv lint test test-unit test-pythons test-contract test-integration test-real \
 	test-gpu soak demo demo-stop build man completions install uninstall clean bench bench-smoke bench-gpu
 
 all: venv
@@ -77,7 +79,13 @@ test-pythons: venv
 test-contract: venv
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) tests/contract
 
-test-integration: venv
+test-deps:
+	@missing=""; for p in $(TEST_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq || exit 1; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	else echo "apt (tests): all present"; fi
+
+test-integration: venv test-deps
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) tests/integration
 
 test-real: venv
