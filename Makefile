@@ -32,8 +32,11 @@ APT_PACKAGES_TEST := postgresql
 # test_bench_scripts.py runs them in their smoke mode); each run starts its own nginx with its own
 # config and prefix on a loopback port, never the nginx.service the package may enable on such a host.
 APT_PACKAGES_NO_RECOMMENDS := prometheus nginx
+# Only the integration tests need these: chromium, the real headless browser the status page's test
+# opens the page in (tests/support/chromium.py).
+TEST_APT_PACKAGES := chromium
 
-.PHONY: all deps venv lint test test-unit test-pythons test-contract test-integration test-real \
+.PHONY: all deps test-deps venv lint test test-unit test-pythons test-contract test-integration test-real \
 	test-gpu soak demo demo-stop build man completions install uninstall clean bench bench-smoke bench-gpu
 
 all: venv
@@ -83,7 +86,13 @@ test-pythons: venv
 test-contract: venv
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) tests/contract
 
-test-integration: venv
+test-deps:
+	@missing=""; for p in $(TEST_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq || exit 1; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	else echo "apt (tests): all present"; fi
+
+test-integration: venv test-deps
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) tests/integration
 
 test-real: venv

@@ -57,6 +57,10 @@ class Backend(Protocol):
 
     def status_json(self) -> str: ...
 
+    def summary_json(self) -> str:
+        """The status page's redacted summary as JSON (from memory, no I/O)."""
+        ...
+
     def switch(self, backend: str, options: dict[str, Any], caller: Caller) -> str: ...
 
     def cancel(self, caller: Caller) -> str: ...
@@ -82,6 +86,10 @@ NEEDS_CALLER = frozenset({"Switch", "SwitchWithOptions", "SwitchTo", "Cancel", "
 CREDENTIALS_KEPT = 256
 #: The most the bus may take to say who a caller is (ms; GDBus's own default).
 CREDENTIALS_TIMEOUT_MS = 25_000
+#: How long one computed summary answers GetSummary, whatever the traffic and whatever changed: the
+#: status page's data is refreshed at most this often (the page learns of a switch from the
+#: properties, which are announced at once).
+SUMMARY_REUSE_S = 2.0
 
 #: The properties and the values they have before anything was computed (the XML documents them).
 PROPERTY_DEFAULTS: dict[str, Any] = {
@@ -151,6 +159,8 @@ class SwitcherService:
         self._status: tuple[float, str, Any] | None = None
         self.last_call = 0.0  # monotonic time the last call was handled (for the watchdog)
         self._credentials: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._summary: tuple[float, str] | None = None  # (monotonic time computed, the JSON) for GetSummary
+        self.clock: Callable[[], float] = time.monotonic  # GetSummary's (a test sets its own)
         if backend is not None:  # the values before anything is announced: then only changes go out
             self._compute()
 
@@ -308,6 +318,19 @@ class SwitcherService:
             invocation.return_value(body)
         finally:
             self.last_call = time.monotonic()
+
+    @_handler
+    def GetSummary(self) -> str:
+        """The status page's redacted summary (no argv, environment, key, PID, user or reason can
+        be in it: ``gpushift/statuspage/summary.py``), computed at most once per
+        :data:`SUMMARY_REUSE_S`: any user may call it, as often as they like."""
+        now = self.clock()
+        cached = self._summary
+        if cached is not None and now - cached[0] < SUMMARY_REUSE_S:
+            return cached[1]
+        text = self._backend.summary_json()
+        self._summary = (self.clock(), text)
+        return text
 
     # A switch's arguments are checked (dbus_args.check, with gpushift.config.validate's rules) after the
     # caller and before anything changes: a refusal is org.gpushift.Error.InvalidArgument naming

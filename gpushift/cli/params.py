@@ -10,13 +10,13 @@ value that breaks one is a click usage error (exit 2, naming the option), never 
   daemon reads the time);
 * ``ledger --limit``: 1 to :data:`LIMIT_MAX`; a ledger id: 1 to 2^63-1 (SQLite's integer);
 * ``ledger --since``: a time, ``today``/``yesterday`` or an age of at most :data:`AGE_MAX_DAYS` days;
-* ``schedule --from``: a time from the year :data:`YEAR_MIN` to :data:`YEAR_MAX`.
+* ``schedule --from``: a time from the year :data:`YEAR_MIN` to :data:`YEAR_MAX` (with ``--week``, a date).
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import date, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 import click
@@ -139,3 +139,31 @@ def parse_from(text: str, tz: tzinfo) -> datetime:
     if not YEAR_MIN <= t.year <= YEAR_MAX:
         raise _bad(text, "--from", f"expected a time from the year {YEAR_MIN} to {YEAR_MAX}")
     return t.replace(tzinfo=tz) if t.tzinfo is None else t
+
+
+def parse_day(text: str, tz: tzinfo) -> date:
+    """``schedule --week --from``: a date (``2026-03-23``), or a time as :func:`parse_from` reads it
+    (its date in the schedule's zone ``tz``).
+
+    Raises:
+        click.BadParameter: neither, or outside the years :data:`YEAR_MIN`-:data:`YEAR_MAX`.
+    """
+    s = text.strip()
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", s):
+        try:
+            d = date.fromisoformat(s)
+        except ValueError as e:
+            raise _bad(text, "--from", f"not a date ({e})") from None
+    else:
+        try:
+            t = datetime.fromisoformat(s.replace("Z", "+00:00"))
+        except ValueError:
+            raise _bad(
+                text,
+                "--from",
+                "not a date (expected e.g. '2026-03-23', or a time such as '2026-03-23 08:00')",
+            ) from None
+        d = (t.astimezone(tz) if t.tzinfo is not None else t).date()
+    if not YEAR_MIN <= d.year <= YEAR_MAX:
+        raise _bad(text, "--from", f"expected a date from the year {YEAR_MIN} to {YEAR_MAX}")
+    return d

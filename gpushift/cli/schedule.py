@@ -1,4 +1,5 @@
-"""``gpushift schedule`` (the coming switches) and ``gpushift schedule check [FILE]``.
+"""``gpushift schedule`` (the coming switches, or ``--week``: the days as a timeline) and
+``gpushift schedule check [FILE] [--week]``.
 
 Both work without a daemon: they read the config (for the schedule's path and the backend names)
 and the schedule file themselves.  The main CLI adds the group with ``main.add_command(schedule)``;
@@ -16,12 +17,41 @@ from typing import Any, NoReturn
 import click
 
 from gpushift.cli.output import say, say_json
-from gpushift.cli.params import parse_from
+from gpushift.cli.params import parse_day, parse_from
 from gpushift.config import schema as config_mod
 from gpushift.errors import ConfigError, GpushiftError
 from gpushift.schedule import DEFAULT_SCHEDULE_PATH, Fire, Schedule, Span, load_schedule
+from gpushift.schedule.week import DAYS_MAX
 
 UTC = timezone.utc
+
+
+WEEK = click.option(
+    "--week", is_flag=True, help="Draw the days as a timeline: one line per day, the hours across."
+)
+DAYS = click.option(
+    "--days",
+    type=click.IntRange(1, DAYS_MAX),
+    metavar="N",
+    help=f"With --week: how many days to draw (1 to {DAYS_MAX}; default 7).",
+)
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source is not click.core.ParameterSource.DEFAULT
+
+
+def _week_options(
+    ctx: click.Context, week: bool, days: int | None, start_given: bool = False, next_given: bool = False
+) -> None:
+    """``--days`` (and ``check --from``) only with ``--week``; ``--next`` not with it."""
+    if not week and days is not None:
+        raise click.UsageError(f"--days {days} needs --week", ctx)
+    if not week and start_given:
+        raise click.UsageError("--from needs --week", ctx)
+    if week and next_given:
+        raise click.UsageError("--next counts switches, --week draws days: give one of them", ctx)
 
 
 def _config_path(ctx: click.Context) -> str | None:
@@ -147,11 +177,22 @@ def _staggered(cfg: config_mod.Config, sched: Schedule) -> tuple[Schedule, dict[
     "--from",
     "start",
     metavar="TIME",
-    help="List from TIME instead of now ('2026-12-01 08:00' in the schedule's zone, or ISO 8601 with offset).",
+    help="List from TIME instead of now ('2026-12-01 08:00' in the schedule's zone, or ISO 8601 with "
+    "offset); with --week, the first day ('2026-12-21').",
 )
+@WEEK
+@DAYS
 @click.pass_context
-def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -> None:
+def schedule(
+    ctx: click.Context, count: int, as_json: bool, start: str | None, week: bool, days: int | None
+) -> None:
     """List the next switches of the schedule (local and UTC times, and the entry behind each).
+
+    With --week, draw the days instead: one line per day, the hours across (3 columns an hour),
+    each backend in its letter and colour, a calendar exception, an override or a hold in UPPER
+    CASE, now and the clock's changes marked under their day (docs/schedule.md "The week at a
+    glance").  The override or hold is the daemon's, or read from override.json when it does not
+    answer.
 
     Reads the config for the schedule file and the backend names; no daemon is needed.
 
@@ -160,16 +201,32 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
       gpushift schedule               # the next 10 switches
       gpushift schedule --next 30 --from "2026-12-24 00:00"
       gpushift schedule --json
+      gpushift schedule --week        # today and the next 6 days
+      gpushift schedule --week --from 2026-12-21 --days 14
     """
     if ctx.invoked_subcommand is not None:
         return
+    _week_options(ctx, week, days, next_given=_given(ctx, "count"))
     try:
         cfg = config_mod.load(_config_path(ctx))
         sched = load_schedule(_schedule_path(cfg), backends=cfg.backends.keys())
     except GpushiftError as e:
         _fail(e)
     sched, stagger = _staggered(cfg, sched)
-    at = parse_from(start, sched.tz) if start else datetime.now(UTC)
+    if week:
+        from gpushift.cli import schedule_week
+
+        first = parse_day(start, sched.tz) if start else None
+        overlay, source = schedule_week.overlay_now(cfg)
+        schedule_week.draw(
+            sched, list(cfg.backends), first, days or 7, overlay, source, as_json, _zone_source(sched)
+        )
+        return
+    _list(sched, parse_from(start, sched.tz) if start else datetime.now(UTC), count, as_json, stagger)
+
+
+def _list(sched: Schedule, at: datetime, count: int, as_json: bool, stagger: dict[str, Any] | None) -> None:
+    """The switches from ``at``: what is in effect, the exceptions to come, the next ``count`` fires."""
     current = sched.in_effect(at)
     fires = sched.next(at, count)
     previous = current.target if current else None
@@ -219,19 +276,28 @@ def schedule(ctx: click.Context, count: int, as_json: bool, start: str | None) -
 
 @schedule.command("check", short_help="Validate a schedule file, without a daemon.")
 @click.argument("file", required=False, metavar="[FILE]")
+@WEEK
+@click.option(
+    "--from", "start", metavar="DATE", help="With --week: the first day ('2026-12-21'; default today)."
+)
+@DAYS
 @click.pass_context
-def check(ctx: click.Context, file: str | None) -> None:
+def check(ctx: click.Context, file: str | None, week: bool, start: str | None, days: int | None) -> None:
     """Validate a schedule file (default: the one the config names) without a daemon.
 
     Exits 0 with a summary, or non-zero with the error naming file, line and field.  Backend names
     are checked against the config; when the config cannot be read, FILE is still checked and the
-    output says that backend names were not.
+    output says that backend names were not.  With --week the file is also drawn as
+    `gpushift schedule --week` draws the installed one (without an override: it is not in effect
+    yet), so a change can be seen before it takes effect.
 
     \b
     Examples:
       gpushift schedule check         # the schedule the config names
       gpushift schedule check ./schedule.new
+      gpushift schedule check ./schedule.new --week --from 2026-12-21
     """
+    _week_options(ctx, week, days, start_given=start is not None)
     cfg: config_mod.Config | None = None
     cfg_error: ConfigError | None = None
     try:
@@ -278,3 +344,10 @@ def check(ctx: click.Context, file: str | None) -> None:
         say(f"in effect now: {current.target} (line {current.entry.line}{exc})")
     if nxt:
         say(f"next switch: {nxt.target} at {_local(nxt.at, sched)} ({_utc(nxt.at)})")
+    if week:
+        from gpushift.cli import schedule_week
+
+        say("")
+        first = parse_day(start, sched.tz) if start else None
+        names = list(cfg.backends) if cfg is not None else []
+        schedule_week.draw(sched, names, first, days or 7, None, None, False, _zone_source(sched))

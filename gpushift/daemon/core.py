@@ -25,9 +25,10 @@ from gpushift import __version__
 from gpushift.bus import properties
 from gpushift.bus.names import BUS_NAME
 from gpushift.config import schema as config_mod
-from gpushift.daemon import exporter, fleetwire, wiring
+from gpushift.daemon import exporter, fleetwire, statusline, wiring
 from gpushift.daemon.clockwork import Clockwork
 from gpushift.daemon.models import ModelNames
+from gpushift.daemon.pagedata import PageData
 from gpushift.daemon.relay import SignalRelay
 from gpushift.daemon.settings import ConfigOnDisk, load_schedule_of, parse_until, reloadable, watch_settings
 from gpushift.daemon.watch import BackendWatcher
@@ -67,6 +68,7 @@ class Daemon:
         self.relay = SignalRelay(self)  # the switch's events -> the bus's signals
         self.models = ModelNames(self.log)  # the backends' model names (D-Bus Models, NextServed)
         self.mirror: Any = None  # [mirror]: the ledger's copy in the fleet's database (docs/fleet.md)
+        self.pages = PageData()  # the status page's redacted summary (GetSummary)
         from gpushift.host.sdnotify import Notifier
 
         self.notify = Notifier()
@@ -212,6 +214,10 @@ class Daemon:
     def status_json(self) -> str:
         return json.dumps(self.status(), default=str)
 
+    def summary_json(self) -> str:
+        """The status page's redacted summary (``gpushift/statuspage/summary.py``), from memory."""
+        return self.pages.summary_json(self)
+
     def switch(self, backend: str, options: dict[str, Any], caller: Caller) -> str:
         self.config_on_disk.check()  # a broken file on disk refuses the switch (the CLI does not check)
         reason = str(options.get("reason") or "")
@@ -285,34 +291,8 @@ class Daemon:
         return self.relay.latest_sample()
 
     def update_status_line(self) -> None:
-        try:
-            running = self.switcher.running_backends()
-        except GpushiftError:
-            running = []
-        serving = ", ".join(running) if running else "nothing (GPUs free)"
-        line = f"serving {serving}"
-        ks = self.keeper.status() if hasattr(self, "keeper") else {}
-        nxt = (ks.get("schedule") or {}).get("next")
-        if nxt:
-            local = datetime.fromisoformat(nxt["at_local"])
-            line += f"; next: {nxt['target']} at {local:%H:%M}"
-            if local.date() != datetime.now(local.tzinfo).date():
-                line += f" on {local:%a %d %b}"
-        if ks.get("mode") and ks["mode"] != "schedule":
-            line += f"; {ks['mode']}"
-        self.notify.status(line + self._ledger_note())
-
-    def _ledger_note(self) -> str:
-        """``; ledger: degraded (<reason>)`` for the status line, or a new chain this daemon
-        started (docs/ledger.md); nothing while the ledger is fine."""
-        try:
-            h = self.components.ports.ledger.health()
-        except Exception as e:
-            return f"; ledger: unreadable ({e!r})"[:120]
-        if h.get("state") != "ok":
-            return f"; ledger: {h.get('state')} ({h.get('reason') or h.get('error')})"
-        brk = h.get("chain_break")
-        return f"; ledger: new chain ({brk.get('reason')})" if isinstance(brk, dict) else ""
+        """systemd's status line (``systemctl status gpushift``): ``gpushift/daemon/statusline.py``."""
+        self.notify.status(statusline.text(self))
 
     # ------------------------------------------------------------ reload, watchdog, signals
 

@@ -18,6 +18,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 from gpushift.config.types import Config
 from gpushift.frontdoor.server import Network
@@ -31,6 +32,8 @@ class FrontDoor(DoorState):
         super().__init__(config, clock)
         self._network: Network | None = None
         self._stopped = asyncio.Event()
+        #: The status page's routes under /gpushift/ (``frontdoor/page.py``); None: not served.
+        self.status_page: Any = None
 
     async def serve(self, sockets: list[socket.socket] | None) -> None:
         """Serve ``sockets`` (systemd's, socket activation) or bind ``[frontdoor] listen``.

@@ -135,6 +135,25 @@ class DaemonLink:
                 "frontdoor_bus_lost", bus=self.bus, error=f"{type(e).__name__}: {e}", attempts=self._failures
             )
 
+    async def get_summary(self) -> str:
+        """``Switcher1.GetSummary()``: the status page's redacted summary, as JSON text
+        (``frontdoor/page.py`` asks at most every 2 s).
+
+        Raises:
+            BusClosed: no bus connection now.
+            CallFailed: the daemon answered with an error, or not within the call timeout.
+        """
+        conn = self._conn
+        if conn is None:
+            raise BusClosed("not connected to the bus")
+        switcher = DBusAddress(
+            properties.SWITCHER_PATH,
+            bus_name=properties.SWITCHER_BUS_NAME,
+            interface=properties.SWITCHER_INTERFACE,
+        )
+        reply = await conn.call(new_method_call(switcher, "GetSummary"), self.call_timeout_s)
+        return str(reply.body[0])
+
     async def stop(self) -> None:
         self._stopping.set()
         conn = self._conn

@@ -88,6 +88,9 @@ async def run(config: Any, sockets: list[ListenSocket], log: Any, notifier: Any 
         loop.add_signal_handler(sig, stop.set)
     core = FrontDoor(config)
     link = DaemonLink(core, config.daemon.bus, log, call_timeout_s=config.frontdoor.bus_timeout_s)
+    from gpushift.frontdoor.page import StatusPage, SummarySource
+
+    core.status_page = StatusPage(SummarySource(link.get_summary, log=log), core)  # /gpushift/
     linked = asyncio.ensure_future(link.run())
     # What serves first (bounded): a request accepted before it is known would get "the daemon is
     # not answering"; meanwhile connections wait in the backlog.

@@ -228,6 +228,10 @@ class Network:
         protocol: Any = request.protocol
         protocol.head_arrived()
         try:
+            page = getattr(self.fd, "status_page", None)  # /gpushift/: frontdoor/page.py
+            if page is not None and page.wants(request.rel_url.path):
+                answer: web.StreamResponse = await page.handle(request)
+                return answer
             return await handle(self.fd, self.upstream, request)
         finally:
             protocol.request_done()

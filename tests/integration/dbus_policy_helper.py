@@ -53,6 +53,9 @@ class StubBackend:
     def status_json(self) -> str:
         return json.dumps(STUB_STATUS)
 
+    def summary_json(self) -> str:
+        return json.dumps({"version": 1, "serving": {"backend": "stub-marker-backend"}})
+
     def switch(self, backend: str, options: dict[str, Any], caller: Any) -> str:
         from gi.repository import GLib
 

@@ -334,6 +334,10 @@ def test_policy_anyone_may_introspect_and_read_status_from_the_daemon(system_bus
     got = system_bus.probe("GetStatus", prefix=AS_NOBODY)
     assert got["ok"], got
     assert json.loads(got["value"])["active"] == "stub-marker-backend"
+    # The status page's redacted summary: the front door's user (in no group of ours) asks for it.
+    got = system_bus.probe("GetSummary", prefix=AS_NOBODY)
+    assert got["ok"], got
+    assert json.loads(got["value"])["serving"] == {"backend": "stub-marker-backend"}
 
 
 @pytest.mark.parametrize(
