@@ -9,6 +9,7 @@
 #   make install     as root: a virtualenv in /opt/gpushift, units, config, D-Bus policy, group,
 #                    completions, man page (DESTDIR, PREFIX; docs/install.md says where each goes)
 #   make uninstall   removes it again; keeps the ledger and edited config unless PURGE=1
+#   make deb         gpushift_<version>_<arch>.deb under build/ (DEB_VERSION=...): docs/install.md
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -27,7 +28,7 @@ APT_PACKAGES := systemd dbus dbus-daemon libgirepository1.0-dev libcairo2-dev pk
 APT_PACKAGES_NO_RECOMMENDS := prometheus
 
 .PHONY: all deps venv lint test test-unit test-pythons test-contract test-integration test-real \
-	test-gpu soak demo demo-stop build man completions install uninstall clean bench bench-smoke bench-gpu
+	test-gpu soak demo demo-stop build man completions install uninstall deb clean bench bench-smoke bench-gpu
 
 all: venv
 
@@ -187,6 +188,16 @@ install: build
 
 uninstall:
 	$(INSTALL_ENV) bash packaging/install.sh uninstall
+
+# `make deb`: packaging/deb.sh stages what make install lays out (the same install.sh, the venv at
+# /opt/gpushift from the wheel that `make build` built with pip's isolated build), and makes it a
+# Debian package with dpkg-deb: docs/install.md, "The Debian package".  DEB_VERSION overrides the
+# version (default: the wheel's, "-1"); DEB_OUTDIR where the .deb goes (default BUILDDIR).
+DEB_VERSION ?=
+DEB_OUTDIR ?= $(BUILDDIR)
+deb: build
+	BUILDDIR="$(abspath $(BUILDDIR))" DEB_OUTDIR="$(abspath $(DEB_OUTDIR))" DEB_VERSION="$(DEB_VERSION)" \
+	  PYTHON="$(INSTALL_PYTHON)" BUILD_PYTHON="$(abspath $(PY))" PIP_ARGS="$(PIP_ARGS)" bash packaging/deb.sh
 
 clean:
 	rm -rf $(VENV) .venv-3.10 .venv-3.12 .demo $(BUILDDIR) *.egg-info
