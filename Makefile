@@ -2,7 +2,8 @@
 # idempotently, on a fresh Debian 12 machine as root.
 #
 #   make demo        boot a private systemd user manager + session bus, run the daemon, switch
-#   make test        lint + unit (3.10/3.11/3.12) + contract + integration + real backends
+#   make test        lint + unit (3.10/3.11/3.12) + contract + integration + real backends + test-deb
+#   make test-deb    make deb, lintian, the package's life cycle and the Ansible role in throwaway roots
 #   make test-gpu    tests against a real NVIDIA GPU (real NVML, CUDA processes)
 #   make soak        1,000 random events on the real daemon (about an hour): docs/reliability.md "Soak"
 #   make build       the wheel, the man page and the shell completions, under build/
@@ -28,7 +29,7 @@ APT_PACKAGES := systemd dbus dbus-daemon libgirepository1.0-dev libcairo2-dev pk
 APT_PACKAGES_NO_RECOMMENDS := prometheus
 
 .PHONY: all deps venv lint test test-unit test-pythons test-contract test-integration test-real \
-	test-gpu soak demo demo-stop build man completions install uninstall deb clean bench bench-smoke bench-gpu
+	test-gpu test-deb soak demo demo-stop build man completions install uninstall deb clean bench bench-smoke bench-gpu
 
 all: venv
 
@@ -77,14 +78,25 @@ test-pythons: venv
 test-contract: venv
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) tests/contract
 
+# The package's tests (test_deb_*, test_ansible_*) are test-deb's, which installs what they need.
 test-integration: venv
-	$(VENV)/bin/pytest $(PYTEST_FLAGS) tests/integration
+	$(VENV)/bin/pytest $(PYTEST_FLAGS) --ignore-glob='*/test_deb_*' --ignore-glob='*/test_ansible_*' tests/integration
 
 test-real: venv
 	bash tests/realbackends/setup.sh
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) -s --durations=0 tests/realbackends
 
-test: lint test-unit test-pythons test-contract test-integration test-real
+# The Debian package (docs/install.md, "The Debian package"): make deb's package, lintian, and its
+# life cycle in a throwaway Debian 12 (debootstrap, cached under /var/cache/gpushift); then the
+# Ansible role against two such roots (contrib/ansible).  Needs the Debian mirror once per machine.
+DEB_TEST_APT_PACKAGES := lintian debootstrap dpkg-dev binutils file
+test-deb: venv
+	@missing=""; for p in $(DEB_TEST_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; fi
+	$(VENV)/bin/pytest $(PYTEST_FLAGS) -s --durations=0 tests/integration/test_deb_build.py tests/integration/test_deb_lifecycle.py
+
+test: lint test-unit test-pythons test-contract test-integration test-real test-deb
 
 # The soak (tests/support/soak.py) at 1,000 events: the short version runs in test-integration.  It
 # writes its report into docs/reliability.md ("Soak") and every event, one JSON line each, to

@@ -95,10 +95,15 @@ place_of() { # path relative to $SRC
 	esac
 }
 
-# install.sh puts the example backends where a checkout's admin edits them: here they are examples.
+# install.sh puts the units it takes for backends where a checkout's admin edits them: in the
+# package each goes to its place (the examples; gpushift's own to the vendor directory).
 if [ -d "$ROOT/etc/systemd/system" ]; then
-	mkdir -p "$ROOT$EXAMPLES"
-	mv "$ROOT"/etc/systemd/system/* "$ROOT$EXAMPLES/"
+	for unit in "$ROOT"/etc/systemd/system/*; do
+		dst=$(place_of "units/$(basename "$unit")")
+		[ -n "$dst" ] && [ -f "$SRC/units/$(basename "$unit")" ] || die "$unit: not a unit of units/"
+		install -D -m 0644 "$unit" "$ROOT$dst"
+		rm -f "$unit"
+	done
 	rmdir "$ROOT/etc/systemd/system" "$ROOT/etc/systemd"
 fi
 while read -r rel; do
