@@ -94,7 +94,8 @@ test-deb: venv
 	@missing=""; for p in $(DEB_TEST_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; fi
-	$(VENV)/bin/pytest $(PYTEST_FLAGS) -s --durations=0 tests/integration/test_deb_build.py tests/integration/test_deb_lifecycle.py
+	$(VENV)/bin/pytest $(PYTEST_FLAGS) --durations=0 tests/integration/test_deb_build.py tests/integration/test_deb_lifecycle.py \
+	  tests/integration/test_ansible_role.py
 
 test: lint test-unit test-pythons test-contract test-integration test-real test-deb
 

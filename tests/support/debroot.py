@@ -49,6 +49,7 @@ CLEAN_ENV = {
     "DEBIAN_FRONTEND": "noninteractive",
 }
 RECORD = "/var/log/gpushift-test/record"
+BRIDGE = "/etc/gpushift-test/manager.env"
 
 
 class DebRootError(RuntimeError):
@@ -238,12 +239,18 @@ EOF
 # the test's: record the call; what acts on unit files runs the real systemctl (offline, as in
 # any chroot); what would ask a running manager answers as one with nothing running would
 echo "systemctl	${{DPKG_MAINTSCRIPT_PACKAGE:-}}	$*" >> {RECORD}
+if [ -f {BRIDGE} ]; then bridge=1; else bridge=; fi
 for word in "$@"; do
     case $word in
     -*) ;;
-    is-active | is-failed) exit 3 ;;
-    daemon-reload | daemon-reexec | start | stop | restart | try-restart | reload | reload-or-restart | \
-        try-reload-or-restart | kill | reset-failed) exit 0 ;;
+    is-active | is-failed | show | daemon-reload | daemon-reexec | start | stop | restart | try-restart | reload)
+        if [ -n "$bridge" ]; then
+            # bridged: the test's systemd user manager runs this root's gpushift (see bridge())
+            set -a; . {BRIDGE}; set +a
+            args=; for a in "$@"; do [ "$a" = --system ] || args="$args '$a'"; done
+            eval "exec /bin/systemctl.distrib --user $args"
+        fi
+        case $word in is-active | is-failed) exit 3 ;; show) exit 1 ;; *) exit 0 ;; esac ;;
     *) break ;;
     esac
 done
@@ -253,6 +260,26 @@ EOF
             chmod 0755 /bin/systemctl
             """
         )
+
+    def bind(self, host_dir: Path) -> None:
+        """Make a directory of this machine visible at the same path inside the root."""
+        inside = f"{self.merged}{host_dir}"
+        script = f"mkdir -p {inside}; mount --bind {host_dir} {inside}"
+        argv = ["nsenter", f"--target={self.pid}", "--mount", "sh", "-ec", script]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise DebRootError(f"could not bind {host_dir} into the root: {r.stderr}")
+
+    def bridge(self, runtime_dir: Path, exports: Mapping[str, str]) -> None:
+        """From now on the diverted ``systemctl`` hands what would ask a running manager (``show``,
+        ``start``, ``reload``, ``is-active``...) to a systemd user manager of the test's (a
+        :class:`tests.support.sandbox.Sandbox`, whose runtime directory is bound into the root) as
+        ``systemctl --user``; what acts on unit files stays the root's own (offline)."""
+        self.bind(runtime_dir)
+        keep = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
+        path = self.path / BRIDGE.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{k}={v}\n" for k, v in exports.items() if k in keep))
 
     def record(self, package: str | None = None) -> list[Call]:
         """The recorded calls, oldest first; only the maintainer scripts of ``package`` if given."""
