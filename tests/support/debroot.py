@@ -1,10 +1,11 @@
 """Throwaway Debian 12 roots for the package tests: a cached ``debootstrap --variant=minbase bookworm``
 under an overlay, chrooted into, inside a private mount namespace.
 
-* The base root is made once per machine (about 80 s, from the Debian mirror this host's apt uses,
-  or ``$GPUSHIFT_DEBIAN_MIRROR``) under ``/var/cache/gpushift/debootstrap/`` (``$GPUSHIFT_DEBOOTSTRAP_DIR``)
-  and never written again: each :class:`ThrowawayRoot` mounts an overlay over it whose upper layer is
-  a directory of the test's, so one test's installs never reach another's.
+* The base root is made once a week per machine (about 80 s, from the Debian mirror this host's apt
+  uses, or ``$GPUSHIFT_DEBIAN_MIRROR``) under ``/var/cache/gpushift/debootstrap/``
+  (``$GPUSHIFT_DEBOOTSTRAP_DIR``) and never written to in between: each :class:`ThrowawayRoot`
+  mounts an overlay over it whose upper layer is a directory of the test's, so one test's installs
+  never reach another's.
 * The overlay, ``/proc``, ``/dev``, a tmpfs ``/run`` and the shared apt archive cache
   (``/var/cache/gpushift/apt-archives``: a package is downloaded once per machine) are mounted in a
   private mount namespace held by one ``sleep`` process of ours; :meth:`ThrowawayRoot.run` enters it
@@ -109,13 +110,25 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
+#: A base root older than this is made again: its package lists would name versions the mirror
+#: no longer has (a point release replaces them), and a package not yet in the archive cache could
+#: not be downloaded.
+MAX_AGE_S = float(os.environ.get("GPUSHIFT_DEBOOTSTRAP_MAX_AGE_DAYS", "7")) * 86400
+
+
+def _fresh(root: Path) -> bool:
+    done = root / ".complete"
+    return done.exists() and time.time() - done.stat().st_mtime < MAX_AGE_S
+
+
 def base_root(timeout_s: float = 1200) -> Path:
-    """The cached minbase root (made the first time, under a lock, from :func:`mirror`)."""
+    """The cached minbase root (made under a lock from :func:`mirror` the first time, and again
+    once it is older than ``MAX_AGE_S``)."""
     root = CACHE / f"{SUITE}-minbase-{_arch()}"
-    if (root / ".complete").exists():
+    if _fresh(root):
         return root
     with _locked(CACHE / ".lock"):
-        if (root / ".complete").exists():
+        if _fresh(root):
             return root
         building = CACHE / f".building-{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
@@ -130,7 +143,13 @@ def base_root(timeout_s: float = 1200) -> Path:
         for deb in (building / "var/cache/apt/archives").glob("*.deb"):
             deb.unlink()  # shadowed by the shared archive cache in every throwaway root
         (building / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
-        shutil.rmtree(root, ignore_errors=True)
+        # An older base may still be the lower layer of a root of a test running now: moved aside,
+        # and removed at a later rebuild, a day on.
+        if root.exists():
+            root.rename(CACHE / f".stale-{int(time.time())}")
+        for stale in CACHE.glob(".stale-*"):
+            if time.time() - int(stale.name.split("-")[1]) > 86400:
+                shutil.rmtree(stale, ignore_errors=True)
         building.rename(root)
     return root
 
