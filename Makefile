@@ -2,13 +2,15 @@
 # idempotently, on a fresh Debian 12 machine as root.
 #
 #   make demo        boot a private systemd user manager + session bus, run the daemon, switch
-#   make test        lint + unit (3.10/3.11/3.12) + contract + integration + real backends
+#   make test        lint + unit (3.10/3.11/3.12) + contract + integration + real backends + test-deb
+#   make test-deb    make deb, lintian, the package's life cycle and the Ansible role in throwaway roots
 #   make test-gpu    tests against a real NVIDIA GPU (real NVML, CUDA processes)
 #   make soak        1,000 random events on the real daemon (about an hour): docs/reliability.md "Soak"
 #   make build       the wheel, the man page and the shell completions, under build/
 #   make install     as root: a virtualenv in /opt/gpushift, units, config, D-Bus policy, group,
 #                    completions, man page (DESTDIR, PREFIX; docs/install.md says where each goes)
 #   make uninstall   removes it again; keeps the ledger and edited config unless PURGE=1
+#   make deb         gpushift_<version>_<arch>.deb under build/ (DEB_VERSION=...): docs/install.md
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -37,7 +39,7 @@ APT_PACKAGES_NO_RECOMMENDS := prometheus nginx
 TEST_APT_PACKAGES := chromium
 
 .PHONY: all deps test-deps venv lint test test-unit test-pythons test-contract test-integration test-real \
-	test-gpu soak demo demo-stop build man completions install uninstall clean bench bench-smoke bench-gpu
+	test-gpu test-deb soak demo demo-stop build man completions install uninstall deb clean bench bench-smoke bench-gpu
 
 all: venv
 
@@ -92,14 +94,26 @@ test-deps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
 	else echo "apt (tests): all present"; fi
 
+# The package's tests (test_deb_*, test_ansible_*) are test-deb's, which installs what they need.
 test-integration: venv test-deps
-	$(VENV)/bin/pytest $(PYTEST_FLAGS) tests/integration
+	$(VENV)/bin/pytest $(PYTEST_FLAGS) --ignore-glob='*/test_deb_*' --ignore-glob='*/test_ansible_*' tests/integration
 
 test-real: venv
 	bash tests/realbackends/setup.sh
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) -s --durations=0 tests/realbackends
 
-test: lint test-unit test-pythons test-contract test-integration test-real
+# The Debian package (docs/install.md, "The Debian package"): make deb's package, lintian, and its
+# life cycle in a throwaway Debian 12 (debootstrap, cached under /var/cache/gpushift); then the
+# Ansible role against two such roots (contrib/ansible).  Needs the Debian mirror once per machine.
+DEB_TEST_APT_PACKAGES := lintian debootstrap dpkg-dev binutils file
+test-deb: venv
+	@missing=""; for p in $(DEB_TEST_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; fi
+	$(VENV)/bin/pytest $(PYTEST_FLAGS) --durations=0 tests/integration/test_deb_build.py tests/integration/test_deb_lifecycle.py \
+	  tests/integration/test_ansible_role.py
+
+test: lint test-unit test-pythons test-contract test-integration test-real test-deb
 
 # The soak (tests/support/soak.py) at 1,000 events: the short version runs in test-integration.  It
 # writes its report into docs/reliability.md ("Soak") and every event, one JSON line each, to
@@ -213,6 +227,16 @@ install: build
 
 uninstall:
 	$(INSTALL_ENV) bash packaging/install.sh uninstall
+
+# `make deb`: packaging/deb.sh stages what make install lays out (the same install.sh, the venv at
+# /opt/gpushift from the wheel that `make build` built with pip's isolated build), and makes it a
+# Debian package with dpkg-deb: docs/install.md, "The Debian package".  DEB_VERSION overrides the
+# version (default: the wheel's, "-1"); DEB_OUTDIR where the .deb goes (default BUILDDIR).
+DEB_VERSION ?=
+DEB_OUTDIR ?= $(BUILDDIR)
+deb: build
+	BUILDDIR="$(abspath $(BUILDDIR))" DEB_OUTDIR="$(abspath $(DEB_OUTDIR))" DEB_VERSION="$(DEB_VERSION)" \
+	  PYTHON="$(INSTALL_PYTHON)" BUILD_PYTHON="$(abspath $(PY))" PIP_ARGS="$(PIP_ARGS)" bash packaging/deb.sh
 
 clean:
 	rm -rf $(VENV) .venv-3.10 .venv-3.12 .demo $(BUILDDIR) *.egg-info

@@ -1,0 +1,81 @@
+"""The Debian packages the package tests install: ``make deb`` for real, once per test run.
+
+Built with ``make deb`` from the checkout (the wheel from a copy of only its sources, as ``make
+build`` always does), pip offline from the wheelhouse the install tests share (``wheelhouse.py``),
+into a temporary ``BUILDDIR``; the checkout is not written to.  :func:`build` keeps each version's
+package for the rest of the test run, so the life-cycle and the Ansible tests build each once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from wheelhouse import gather, offline
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL_PYTHON = "/usr/bin/python3"
+_BUILT: dict[str, Path] = {}
+_BUILDDIR: list[Path] = []
+
+
+def debian_version(revision: int = 1) -> str:
+    """The version ``make deb`` gives by default (revision 1), or with another Debian revision."""
+    from gpushift import __version__
+
+    return re.sub(r"\.?(a|b|rc|dev)(\d*)", r"~\1\2", __version__) + f"-{revision}"
+
+
+def arch() -> str:
+    r = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True)
+    return r.stdout.strip()
+
+
+def builddir() -> Path:
+    if not _BUILDDIR:
+        _BUILDDIR.append(Path(tempfile.mkdtemp(prefix="gpushift-deb-")))
+        atexit.register(shutil.rmtree, _BUILDDIR[0], True)
+    return _BUILDDIR[0]
+
+
+def make_deb(*extra: str, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
+    """``make deb`` into this run's BUILDDIR, offline from the wheelhouse, with ``extra`` variables."""
+    for tool in ("dpkg-deb", "dpkg-shlibdeps", "make"):
+        if not shutil.which(tool):
+            pytest.fail(f"{tool} is missing (Debian: apt-get install dpkg-dev make)", pytrace=False)
+    house = gather(INSTALL_PYTHON)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "DESTDIR", "PREFIX")}
+    argv = [
+        "make",
+        "--no-print-directory",
+        "-C",
+        str(REPO),
+        "deb",
+        f"BUILDDIR={builddir()}",
+        f"INSTALL_PYTHON={INSTALL_PYTHON}",
+        f"PIP_ARGS={' '.join(offline(house))}",
+        *extra,
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
+
+
+def build(version: str | None = None) -> Path:
+    """The .deb of ``version`` (``DEB_VERSION=``; None: make deb's default), built once per run."""
+    key = version or ""
+    if key not in _BUILT:
+        r = make_deb(*([f"DEB_VERSION={version}"] if version else []))
+        if r.returncode != 0:
+            pytest.fail(f"make deb {key} failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}", pytrace=False)
+        want = builddir() / f"gpushift_{version or debian_version()}_{arch()}.deb"
+        if not want.is_file():
+            pytest.fail(f"make deb did not write {want}:\n{r.stdout}", pytrace=False)
+        keep = builddir() / "debs"
+        keep.mkdir(exist_ok=True)
+        _BUILT[key] = Path(shutil.copy2(want, keep / want.name))
+    return _BUILT[key]
