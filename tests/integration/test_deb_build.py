@@ -128,6 +128,10 @@ def test_the_package_lays_out_the_vendor_files_examples_and_conffiles(deb: Path)
         assert (tree / "usr/share/doc/gpushift/examples" / name).read_bytes() == (
             REPO / "units" / name
         ).read_bytes()
+    # the wheel comes from pip's isolated build (setuptools>=77 of pyproject.toml), not Debian's 66
+    (wheel_meta,) = tree.glob("opt/gpushift/lib/python3*/site-packages/gpushift-*.dist-info/WHEEL")
+    generator = re.search(r"^Generator: setuptools \((\d+)\.", wheel_meta.read_text(), re.M)
+    assert generator and int(generator.group(1)) >= 77, wheel_meta.read_text()
     file_out = run(
         ["file", "-b", *map(str, tree.glob("opt/gpushift/lib/python3*/site-packages/gi/_gi.*.so"))]
     )
