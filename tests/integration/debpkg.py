@@ -79,3 +79,30 @@ def build(version: str | None = None) -> Path:
         keep.mkdir(exist_ok=True)
         _BUILT[key] = Path(shutil.copy2(want, keep / want.name))
     return _BUILT[key]
+
+
+def tree_copy(dest: Path) -> Path:
+    """A copy of what packaging/deb.sh reads of the tree (units/, etc/, packaging/, LICENSE), to edit."""
+    src = dest / "src"
+    for part in ("units", "etc", "packaging", "LICENSE"):
+        (shutil.copytree if (REPO / part).is_dir() else shutil.copy2)(REPO / part, src / part)
+    return src
+
+
+def deb_sh(src: Path, version: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``src/packaging/deb.sh`` (a :func:`tree_copy`) on this run's build (wheel, man page,
+    completions of :func:`build`), writing ``out/gpushift_VERSION_ARCH.deb``."""
+    build()  # the build directory's wheel, man page and completions
+    env = {
+        **os.environ,
+        "BUILDDIR": str(builddir()),
+        "DEB_OUTDIR": str(out),
+        "DEB_VERSION": version,
+        "DEB_MAINTAINER": "gpushift tests <tests@gpushift.invalid>",
+        "PYTHON": INSTALL_PYTHON,
+        "BUILD_PYTHON": str(REPO / ".venv/bin/python"),
+        "PIP_ARGS": " ".join(offline(gather(INSTALL_PYTHON))),
+    }
+    return subprocess.run(
+        ["bash", str(src / "packaging/deb.sh")], capture_output=True, text=True, timeout=900, env=env
+    )

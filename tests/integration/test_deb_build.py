@@ -16,15 +16,13 @@ lintian (``make test-deb`` installs them).
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from debpkg import INSTALL_PYTHON, REPO, arch, build, builddir, debian_version
-from wheelhouse import gather, offline
+from debpkg import INSTALL_PYTHON, REPO, arch, build, builddir, deb_sh, debian_version, tree_copy
 
 #: Every path of the package outside /opt/gpushift (directories left out).
 FILES = {
@@ -173,18 +171,11 @@ def test_maintainer_scripts_never_enable_or_start_and_name_what_is_packaged(deb:
         assert "vllm" not in call and "llama" not in call, call
 
 
-def _tree_copy(dest: Path) -> Path:
-    src = dest / "src"
-    for part in ("units", "etc", "packaging", "LICENSE"):
-        (shutil.copytree if (REPO / part).is_dir() else shutil.copy2)(REPO / part, src / part)
-    return src
-
-
 def test_every_unit_policy_and_sysusers_file_of_the_tree_is_packaged(deb: Path, tmp_path: Path) -> None:
     """As the front door's units, policy and user will land: gpushift's own service (it runs the
     venv's command) and its socket in the vendor unit directory, a backend among the examples, the
     policy and sysusers file at their places, and each in the maintainer scripts."""
-    src = _tree_copy(tmp_path)
+    src = tree_copy(tmp_path)
     service = (REPO / "units/gpushift.service").read_text()
     (src / "units/gpushift-extra.service").write_text(
         service.replace(
@@ -196,17 +187,7 @@ def test_every_unit_policy_and_sysusers_file_of_the_tree_is_packaged(deb: Path, 
     (src / "etc/dbus-1/system.d/org.gpushift.Extra1.conf").write_text("<busconfig/>\n")
     (src / "etc/sysusers.d/gpushift-extra.conf").write_text("u gpushift-extra - - - -\n")
     out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "BUILDDIR": str(builddir()),
-        "DEB_OUTDIR": str(out),
-        "DEB_VERSION": "0.0.1-1",
-        "DEB_MAINTAINER": "gpushift tests <tests@gpushift.invalid>",
-        "PYTHON": INSTALL_PYTHON,
-        "BUILD_PYTHON": str(REPO / ".venv/bin/python"),
-        "PIP_ARGS": " ".join(offline(gather(INSTALL_PYTHON))),
-    }
-    r = run(["bash", str(src / "packaging/deb.sh")], env=env)
+    r = deb_sh(src, "0.0.1-1", out)
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
     extra = out / f"gpushift_0.0.1-1_{arch()}.deb"
     found = listing(extra)
@@ -230,5 +211,5 @@ def test_every_unit_policy_and_sysusers_file_of_the_tree_is_packaged(deb: Path, 
     # a file of a kind deb.sh does not know where to put fails the build, naming it
     (src / "etc/gpushift.d").mkdir()
     (src / "etc/gpushift.d/unknown.conf").write_text("x\n")
-    r = run(["bash", str(src / "packaging/deb.sh")], env=env)
+    r = deb_sh(src, "0.0.1-1", out)
     assert r.returncode != 0 and "etc/gpushift.d/unknown.conf: deb.sh does not know" in r.stderr, r.stderr
