@@ -106,3 +106,31 @@ def deb_sh(src: Path, version: str, out: Path) -> subprocess.CompletedProcess[st
     return subprocess.run(
         ["bash", str(src / "packaging/deb.sh")], capture_output=True, text=True, timeout=900, env=env
     )
+
+
+def tree_places() -> dict[str, str]:
+    """Where each file of the tree's units/ and etc/ belongs in the package, by the rule
+    docs/install.md states ("The Debian package"), restated here so the test checks deb.sh's."""
+    own = re.compile(r"^Exec[A-Za-z]*=[-@:+!]*/opt/gpushift/bin/gpushift( |$)", re.M)
+    places = {}
+    for f in sorted(p for p in (REPO / "units").iterdir() if p.is_file()):
+        backend = f.suffix == ".service" and not own.search(f.read_text())
+        places[f"units/{f.name}"] = (
+            f"/usr/share/doc/gpushift/examples/{f.name}" if backend else f"/usr/lib/systemd/system/{f.name}"
+        )
+    for sub, dest in (
+        ("gpushift", "/etc/gpushift"),
+        ("dbus-1/system.d", "/usr/share/dbus-1/system.d"),
+        ("sysusers.d", "/usr/lib/sysusers.d"),
+        ("tmpfiles.d", "/usr/lib/tmpfiles.d"),
+    ):
+        for f in sorted((REPO / "etc" / sub).iterdir()):
+            places[f"etc/{sub}/{f.name}"] = f"{dest}/{f.name}"
+    return places
+
+
+def own_units() -> tuple[list[str], list[str]]:
+    """gpushift's own units (those the package puts in the vendor directory), sorted as the
+    maintainer scripts list them: the services, and all of them."""
+    units = sorted(Path(p).name for p in tree_places().values() if p.startswith("/usr/lib/systemd/system/"))
+    return [u for u in units if u.endswith(".service")], units
