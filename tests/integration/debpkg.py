@@ -79,3 +79,58 @@ def build(version: str | None = None) -> Path:
         keep.mkdir(exist_ok=True)
         _BUILT[key] = Path(shutil.copy2(want, keep / want.name))
     return _BUILT[key]
+
+
+def tree_copy(dest: Path) -> Path:
+    """A copy of what packaging/deb.sh reads of the tree (units/, etc/, packaging/, LICENSE), to edit."""
+    src = dest / "src"
+    for part in ("units", "etc", "packaging", "LICENSE"):
+        (shutil.copytree if (REPO / part).is_dir() else shutil.copy2)(REPO / part, src / part)
+    return src
+
+
+def deb_sh(src: Path, version: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``src/packaging/deb.sh`` (a :func:`tree_copy`) on this run's build (wheel, man page,
+    completions of :func:`build`), writing ``out/gpushift_VERSION_ARCH.deb``."""
+    build()  # the build directory's wheel, man page and completions
+    env = {
+        **os.environ,
+        "BUILDDIR": str(builddir()),
+        "DEB_OUTDIR": str(out),
+        "DEB_VERSION": version,
+        "DEB_MAINTAINER": "gpushift tests <tests@gpushift.invalid>",
+        "PYTHON": INSTALL_PYTHON,
+        "BUILD_PYTHON": str(REPO / ".venv/bin/python"),
+        "PIP_ARGS": " ".join(offline(gather(INSTALL_PYTHON))),
+    }
+    return subprocess.run(
+        ["bash", str(src / "packaging/deb.sh")], capture_output=True, text=True, timeout=900, env=env
+    )
+
+
+def tree_places() -> dict[str, str]:
+    """Where each file of the tree's units/ and etc/ belongs in the package, by the rule
+    docs/install.md states ("The Debian package"), restated here so the test checks deb.sh's."""
+    own = re.compile(r"^Exec[A-Za-z]*=[-@:+!]*/opt/gpushift/bin/gpushift( |$)", re.M)
+    places = {}
+    for f in sorted(p for p in (REPO / "units").iterdir() if p.is_file()):
+        backend = f.suffix == ".service" and not own.search(f.read_text())
+        places[f"units/{f.name}"] = (
+            f"/usr/share/doc/gpushift/examples/{f.name}" if backend else f"/usr/lib/systemd/system/{f.name}"
+        )
+    for sub, dest in (
+        ("gpushift", "/etc/gpushift"),
+        ("dbus-1/system.d", "/usr/share/dbus-1/system.d"),
+        ("sysusers.d", "/usr/lib/sysusers.d"),
+        ("tmpfiles.d", "/usr/lib/tmpfiles.d"),
+    ):
+        for f in sorted((REPO / "etc" / sub).iterdir()):
+            places[f"etc/{sub}/{f.name}"] = f"{dest}/{f.name}"
+    return places
+
+
+def own_units() -> tuple[list[str], list[str]]:
+    """gpushift's own units (those the package puts in the vendor directory), sorted as the
+    maintainer scripts list them: the services, and all of them."""
+    units = sorted(Path(p).name for p in tree_places().values() if p.startswith("/usr/lib/systemd/system/"))
+    return [u for u in units if u.endswith(".service")], units

@@ -14,7 +14,10 @@ What is real and what is recorded:
   record names the package whose script asked (``$DPKG_MAINTSCRIPT_PACKAGE``).
 
 The versions: ``make deb`` (``X-1``) and ``make deb DEB_VERSION=X-2`` from the same tree, the
-upgrade from the first to the second.  The package's policy (docs/install.md, "What the package
+upgrade from the first to the second (an edited conffile the package did not change: kept, no
+question); then ``X-3``, ``packaging/deb.sh`` on a copy of the tree whose two shipped conffiles
+changed (the edited one kept with the new one beside it as ``.dpkg-dist``, the unedited one
+replaced).  The package's policy (docs/install.md, "What the package
 starts"): install enables and starts nothing; an upgrade restarts gpushift's own services that run
 (``try-restart``); removal stops them; nothing ever names a backend.
 """
@@ -27,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from debpkg import build, debian_version
+from debpkg import build, deb_sh, debian_version, own_units, tree_copy
 
 from tests.support.debroot import Call, DebRootError, ThrowawayRoot, missing_tools
 
@@ -56,11 +59,29 @@ NEVER = (
     "/opt/gpushift/share/gpushift/manifest",
 )
 WANTS = "/etc/systemd/system/multi-user.target.wants/gpushift.service"
+#: deb-systemd-invoke asks policy-rc.d unit by unit and stops at the first "no" (101): the record has
+#: the first of gpushift's own services (try-restart) or units (stop) the scripts name.
+FIRST_SERVICE, FIRST_UNIT = own_units()[0][0], own_units()[1][0]
 
 
 @pytest.fixture(scope="module")
 def debs() -> tuple[Path, Path]:
     return build(), build(debian_version(2))
+
+
+#: The first line both shipped conffiles get in the third version.
+SHIPPED_CHANGE = "# changed by the package's next version\n"
+
+
+def changed_conffiles_deb(into: Path) -> Path:
+    """Version 3: the same tree but for both shipped conffiles, which gain a first line."""
+    src = tree_copy(into / "v3")
+    for name in ("gpushift.toml", "schedule"):
+        f = src / "etc/gpushift" / name
+        f.write_text(SHIPPED_CHANGE + f.read_text())
+    r = deb_sh(src, debian_version(3), into)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    return next(into.glob(f"gpushift_{debian_version(3)}_*.deb"))
 
 
 @pytest.fixture
@@ -154,7 +175,26 @@ def test_install_upgrade_remove_purge(root: ThrowawayRoot, debs: tuple[Path, Pat
     assert is_enabled(root) == "enabled"  # the admin's choice stays
     assert gpushift_calls(root) == [
         ("systemctl", "--system", "daemon-reload"),
-        ("policy-rc.d", "gpushift.service", "try-restart"),  # restart what runs (101 here: not run)
+        ("policy-rc.d", FIRST_SERVICE, "try-restart"),  # restart what runs (101 here: not run)
+    ]
+    root.clear_record()
+
+    # ---- an upgrade whose package changed both conffiles: the edited one is kept (the new one goes
+    # beside it as .dpkg-dist: --force-confold, which apt-get's caller, e.g. Ansible, passes), the
+    # unedited one is replaced, and nothing asks (the prompt needs --force-conf*: no terminal here)
+    third = changed_conffiles_deb(root.path / "tmp")
+    out = apt(
+        root,
+        f"-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install ./tmp/{third.name}",
+    )
+    assert root.must("dpkg-query -W -f '${Version}' gpushift") == debian_version(3)
+    assert toml.read_text() == edited
+    dist = root.path / "etc/gpushift/gpushift.toml.dpkg-dist"
+    assert dist.read_text().startswith(SHIPPED_CHANGE), dist
+    assert (root.path / "etc/gpushift/schedule").read_text().startswith(SHIPPED_CHANGE)
+    assert not (root.path / "etc/gpushift/schedule.dpkg-dist").exists()
+    assert [c for c in gpushift_calls(root) if c[0] == "policy-rc.d"] == [
+        ("policy-rc.d", FIRST_SERVICE, "try-restart")
     ]
     root.clear_record()
 
@@ -165,7 +205,7 @@ def test_install_upgrade_remove_purge(root: ThrowawayRoot, debs: tuple[Path, Pat
     assert toml.read_text() == edited
     assert root.must("dpkg-query -W -f '${db:Status-Abbrev}' gpushift").strip() == "rc"
     assert gpushift_calls(root) == [
-        ("policy-rc.d", "gpushift.service", "stop"),
+        ("policy-rc.d", FIRST_UNIT, "stop"),
         ("systemctl", "--system", "daemon-reload"),
     ]
     root.clear_record()
@@ -173,6 +213,7 @@ def test_install_upgrade_remove_purge(root: ThrowawayRoot, debs: tuple[Path, Pat
     # ---- purge: the config, the ledger, the spool and the admin's enable link go; the group stays
     apt(root, "purge gpushift")
     assert absent(root, CONFFILES + (LEDGER, WANTS)) == list(CONFFILES + (LEDGER, WANTS))
+    assert not dist.exists()
     assert not present(root, ("/etc/gpushift", "/var/lib/gpushift", "/run/gpushift", "/opt/gpushift"))
     assert root.must("getent group gpushift").startswith("gpushift:x:")
     assert root.run("dpkg -s gpushift").returncode != 0  # dpkg knows nothing of it any more
