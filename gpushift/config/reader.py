@@ -159,6 +159,7 @@ class _Reader(KeyReader):
             provider=self.string(g, "gpu", "provider", "nvml", ("nvml", "simulated")),
             residual_mib=self.number(g, "gpu", "residual_mib", 256.0, maximum=MIB_MAX),
             release_timeout_s=self.number(g, "gpu", "release_timeout_s", 120.0, minimum=0.1, maximum=DAY_S),
+            orphan_wait_s=self.number(g, "gpu", "orphan_wait_s", 10.0, maximum=600),
             simulated_gpus=self.number(g, "gpu", "simulated_gpus", 2, minimum=1, integer=True, maximum=64),
             simulated_total_mib=self.number(
                 g, "gpu", "simulated_total_mib", 16384.0, minimum=1, maximum=MIB_MAX

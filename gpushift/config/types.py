@@ -48,6 +48,9 @@ class GpuConfig:
     provider: str = "nvml"
     residual_mib: float = 256.0
     release_timeout_s: float = 120.0
+    # The preflight waits this long for memory no process holds (a backend that just stopped: the
+    # driver frees it a moment later) before it refuses a switch for it.
+    orphan_wait_s: float = 10.0
     simulated_gpus: int = 2
     simulated_total_mib: float = 16384.0
     simulated_foreign_mib: float = 9318.0  # what a holder outside every backend unit holds

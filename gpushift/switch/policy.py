@@ -108,6 +108,9 @@ class PreflightVerdict:
     ok: bool
     message: str
     foreign: tuple[Holder, ...] = ()
+    #: Every refusing GPU holds memory that no live process has open: what a process that has just
+    #: ended leaves for a moment while the driver frees it (the preflight waits a little for that).
+    orphaned: bool = False
 
 
 def foreign_memory(
@@ -128,10 +131,12 @@ def foreign_memory(
     """
     problems: list[str] = []
     foreign_all: list[Holder] = []
+    orphaned = True
     sim = " (SIMULATED)" if simulated else ""
     for r in readings:
         if r.state(residual_mib) is GateState.UNKNOWN:
             problems.append(describe_reading(r, residual_mib, simulated))
+            orphaned = False
             continue
         assert r.used_mib is not None
         own = [h for h in r.holders if (h.unit in own_units) or (h.pid in own_pids)]
@@ -151,6 +156,8 @@ def foreign_memory(
             blocked = unexplained > residual_mib
         if blocked:
             foreign_all.extend(foreign)
+            if any(h.used_mib is None or h.used_mib > 0 for h in foreign):
+                orphaned = False  # a live process may hold it: not a moment's leftover
             if foreign:
                 who = "; ".join(
                     _holder_phrase(h) for h in sorted(foreign, key=lambda h: -(h.used_mib or 0.0))
@@ -162,7 +169,7 @@ def foreign_memory(
                     "and no process has the device open"
                 )
     if problems:
-        return PreflightVerdict(False, "; ".join(problems), tuple(foreign_all))
+        return PreflightVerdict(False, "; ".join(problems), tuple(foreign_all), orphaned)
     return PreflightVerdict(True, "no foreign VRAM holders")
 
 

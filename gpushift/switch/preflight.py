@@ -22,6 +22,9 @@ from gpushift.values import OFF, GpuReading, HostGpuFacts, Outcome, Phase, Switc
 
 __all__ = ["Plan", "Preflight", "already_there"]
 
+#: How often the preflight reads memory that no process holds again while it waits for it.
+ORPHAN_POLL_S = 0.1
+
 
 def already_there(target: str, running: list[str]) -> str | None:
     """The message when nothing needs doing (the target alone serves, or ``off`` and nothing runs)."""
@@ -113,9 +116,9 @@ class Preflight:
         if missing:
             now.update((r.index, r) for r in self.steps.readings(missing))
         before = [now[i] for i in watched]
-        rec.vram["before"] = [r.to_dict() for r in before]
         if plan.refusal is None:
-            self._foreign(plan, config, before)
+            before = self._foreign(run, plan, config, before)
+        rec.vram["before"] = [r.to_dict() for r in before]
         return plan
 
     def _record(self, run: SwitchRun, running: list[str]) -> SwitchRecord:
@@ -145,8 +148,16 @@ class Preflight:
             rec.extra["recovery_attempt"] = run.recovery_attempt
         return rec
 
-    def _foreign(self, plan: Plan, config: Config, before: list[GpuReading]) -> None:
-        """Refuse when the watched GPUs hold memory the backends being stopped do not account for."""
+    def _foreign(
+        self, run: SwitchRun, plan: Plan, config: Config, before: list[GpuReading]
+    ) -> list[GpuReading]:
+        """Refuse when the watched GPUs hold memory the backends being stopped do not account for.
+
+        Memory that no live process holds is what a backend that has just stopped leaves while the
+        driver frees it (a switch right after another, the simulated provider's release delay): it is
+        read again for up to ``gpu.orphan_wait_s`` before the switch is refused.  Memory that a live
+        process outside the backends holds, or a GPU that cannot be read, refuses at once.  Returns
+        the readings the verdict rests on (the row's ``vram.before``)."""
         ports = self.ports
         own = [*plan.to_stop, *([plan.record.to_backend] if plan.target_running else [])]
         own_units = {config.backends[b].unit for b in own}
@@ -154,9 +165,23 @@ class Preflight:
         for b in own:
             own_pids.update(ports.units.processes(config.backends[b].unit))
         verdict = foreign_memory(before, own_units, own_pids, config.gpu.residual_mib, ports.gpu.simulated)
+        t0 = ports.clock.monotonic()
+        told = False
+        while not verdict.ok and verdict.orphaned and ports.clock.monotonic() - t0 < config.gpu.orphan_wait_s:
+            if not told:
+                wait = config.gpu.orphan_wait_s
+                self.steps.report(run, Phase.PREFLIGHT, f"{verdict.message}: waiting up to {wait:g}s for it")
+                told = True
+            self.steps.beat()
+            ports.clock.sleep(ORPHAN_POLL_S)
+            before = self.steps.readings(plan.watched)
+            verdict = foreign_memory(
+                before, own_units, own_pids, config.gpu.residual_mib, ports.gpu.simulated
+            )
         if not verdict.ok:
             plan.refusal = verdict.message
             plan.refusal_error = VramNotReleased.dbus_name()
+        return before
 
     def _consult_doctor(
         self,

@@ -308,3 +308,14 @@ def test_policy_gate_gpus_of_off_with_nothing_running_is_every_gpu() -> None:
 def test_policy_running_backends_keeps_config_order() -> None:
     assert running_backends({"day": True, "night": False, "anywhere": True}) == ["day", "anywhere"]
     assert running_backends({"day": False}) == []
+
+
+def test_policy_foreign_memory_marks_memory_no_live_process_holds_as_orphaned() -> None:
+    # a backend that has just ended: its memory, nobody holding it (nvidia-persistenced holds none)
+    assert foreign_memory([reading(1, 4096.0)], {DAY_UNIT}, set(), RESIDUAL).orphaned is True
+    assert foreign_memory([reading(1, 4096.0, (PERSISTENCED,))], set(), set(), RESIDUAL).orphaned is True
+    # a live process that holds memory, or one whose share is not reported, is no moment's leftover
+    assert foreign_memory([reading(1, 9318.0, (BOB, PERSISTENCED))], set(), set(), RESIDUAL).orphaned is False
+    unknown_share = Holder(pid=5000, user="eve", command="python", used_mib=None)
+    assert foreign_memory([reading(1, 9318.0, (unknown_share,))], set(), set(), RESIDUAL).orphaned is False
+    assert foreign_memory([reading(0, None, error="NVML: gone")], set(), set(), RESIDUAL).orphaned is False

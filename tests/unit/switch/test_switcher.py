@@ -137,6 +137,50 @@ def test_switcher_foreign_holder_on_target_gpu_refuses_and_touches_nothing(world
     assert len(world.ledger.rows) == 1
 
 
+def _orphan_until(world: Any, gpu: int, mib: float, until_s: float | None) -> None:
+    """``mib`` on ``gpu`` that no process holds (a backend that has just ended), gone once the fake
+    clock has run ``until_s`` (None: never)."""
+    world.gpu.baseline_mib[gpu] = mib
+    read = world.gpu.read
+
+    def reading(*args: Any, **kw: Any) -> Any:
+        if until_s is not None and world.clock.elapsed >= until_s:
+            world.gpu.baseline_mib.pop(gpu, None)
+        return read(*args, **kw)
+
+    world.gpu.read = reading
+
+
+def test_switcher_memory_no_process_holds_is_waited_for_then_the_switch_runs(world: Any) -> None:
+    # A switch right after another: the stopped backend's memory is still being freed by the driver.
+    _orphan_until(world, 1, 4000.0, until_s=world.clock.elapsed + 2.0)
+    ticket = world.request("night")
+    res = world.wait(ticket)
+    assert res.ok, res
+    assert world.running() == ["night"]
+    said = [e.detail for e in world.events_of(ticket) if e.kind == "progress" and e.phase == "preflight"]
+    assert any("no process has the device open" in m and "waiting up to 10s" in m for m in said), said
+    assert [g["used_mib"] for g in world.record(res).vram["before"]] == [14500.0]  # day's own, no orphan
+
+
+def test_switcher_memory_no_process_holds_refuses_after_the_orphan_wait(world: Any) -> None:
+    _orphan_until(world, 1, 4000.0, until_s=None)
+    t0 = world.clock.elapsed
+    res = world.switch("night")
+    assert res.outcome == Outcome.REFUSED.value and res.error == VramNotReleased.dbus_name()
+    assert "no process has the device open" in res.message
+    assert 10.0 <= world.clock.elapsed - t0 < 11.0  # gpu.orphan_wait_s, then the refusal
+    assert world.units.calls == [] and world.running() == ["day"]
+
+
+def test_switcher_memory_a_live_process_holds_refuses_without_waiting(world: Any) -> None:
+    world.gpu.add_foreign(1, pid=4242, mib=9318, command="python", user="bob")
+    t0 = world.clock.elapsed
+    res = world.switch("night")
+    assert res.outcome == Outcome.REFUSED.value and "pid 4242" in res.message
+    assert world.clock.elapsed - t0 < 1.0
+
+
 def test_switcher_foreign_holder_on_gpu_the_target_does_not_use_does_not_block(world: Any) -> None:
     world.gpu.add_foreign(0, pid=4242, mib=9318)  # night uses GPU 1 only
     res = world.switch("night")
