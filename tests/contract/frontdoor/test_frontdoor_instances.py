@@ -37,18 +37,47 @@ from tests.support.frontdoor_rig import DAY, DEADLINE_S, Loop, config_text, free
 REPO = Path(__file__).resolve().parents[3]
 UNITS = ("day@0.service", "day@1.service")
 
+#: A backend that streams with HTTP/1.1's chunked coding, as llama-server and vLLM do (the
+#: stand-in speaks HTTP/1.0, where a body that ends with the connection cannot be told from one
+#: broken off): its health answers 200, a streamed completion never ends, any other is JSON.
+CHUNKED = """
+import asyncio, json, sys
+from aiohttp import web
+port = sys.argv[1]
+async def health(request):
+    return web.json_response({"status": "ok"})
+async def complete(request):
+    doc = json.loads(await request.read() or b"{}")
+    if not doc.get("stream"):
+        return web.json_response({"choices": [{"text": "x"}]}, headers={"x-standin-port": port})
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "x-standin-port": port})
+    await resp.prepare(request)
+    while True:
+        await resp.write(b'data: {"choices": [{"text": "x"}]}\\n\\n')
+        await asyncio.sleep(0.05)
+app = web.Application()
+app.router.add_get("/health", health)
+app.router.add_post("/v1/completions", complete)
+web.run_app(app, host="127.0.0.1", port=int(port), print=None)
+"""
+
 
 @dataclass
 class Standin:
     """One stand-in backend process on a loopback port."""
 
     port: int
+    chunked: bool = False  # the server of CHUNKED instead of the stand-in
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        argv = (
+            ["-c", CHUNKED, str(self.port)]
+            if self.chunked
+            else ["-m", "tests.support.standin", "--port", str(self.port), "--served-model-name", DAY]
+        )
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.standin", "--port", str(self.port)]
-            + ["--served-model-name", DAY],
+            [sys.executable, *argv],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -114,7 +143,16 @@ class Pair:
 
 @pytest.fixture
 def pair() -> Iterator[Pair]:
-    standins = [Standin(free_port()), Standin(free_port())]
+    yield from _pair(chunked=False)
+
+
+@pytest.fixture
+def chunked_pair() -> Iterator[Pair]:
+    yield from _pair(chunked=True)
+
+
+def _pair(chunked: bool) -> Iterator[Pair]:
+    standins = [Standin(free_port(), chunked), Standin(free_port(), chunked)]
     loop = Loop()
     fd: FrontDoor | None = None
     try:
@@ -231,3 +269,36 @@ def test_the_drain_counts_the_requests_of_every_instance(pair: Pair) -> None:
         assert pair.loop.call(lambda: pair.fd.in_flight("day")) == 2
         assert [f.result(DEADLINE_S)[0] for f in slow] == [200, 200]
     assert pair.loop.call(lambda: pair.fd.in_flight("day")) == 0
+
+
+def test_a_stream_broken_by_a_killed_instance_breaks_off_and_is_counted(chunked_pair: Pair) -> None:
+    pair = chunked_pair
+    serve_day(pair)
+    c = http.client.HTTPConnection("127.0.0.1", pair.port, timeout=DEADLINE_S)
+    body = {"model": DAY, "prompt": "x", "stream": True}
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    busy = [str(s.port) for s in pair.standins].index(r.getheader("x-standin-port") or "")
+    assert r.read1().startswith(b"data: ")  # the stream has begun
+    pair.standins[busy].kill()
+    with pytest.raises((http.client.IncompleteRead, ConnectionError)):
+        while r.read1():  # never a complete-looking answer
+            pass
+    c.close()
+    failed = re.findall(
+        rf'gpushift_frontdoor_instance_failed_total{{backend="day",instance="{re.escape(UNITS[busy])}",reason="[^"]+"}} (\S+)',
+        pair.metrics(),
+    )
+    assert failed == ["1.0"]
+    got = pair.many(8, 0.0)
+    assert [(status, port) for status, port, _ in got] == [(200, str(pair.standins[1 - busy].port))] * 8
+
+
+def test_with_the_daemon_lost_it_forwards_while_any_instance_answers_its_health(pair: Pair) -> None:
+    serve_day(pair)
+    pair.loop.call(lambda: pair.fd.update(DaemonView(connected=False)))
+    pair.standins[0].kill()
+    wait_for(lambda: pair.instance(0)["up"] is False, "the killed instance marked down")
+    got = pair.many(8, 0.0)
+    assert [(status, port) for status, port, _ in got] == [(200, str(pair.standins[1].port))] * 8
