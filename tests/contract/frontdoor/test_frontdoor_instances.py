@@ -302,3 +302,10 @@ def test_with_the_daemon_lost_it_forwards_while_any_instance_answers_its_health(
     wait_for(lambda: pair.instance(0)["up"] is False, "the killed instance marked down")
     got = pair.many(8, 0.0)
     assert [(status, port) for status, port, _ in got] == [(200, str(pair.standins[1].port))] * 8
+    pair.standins[1].kill()  # no instance answers: the daemon's word is needed again
+
+    def lost() -> bool:
+        status, _, body = pair.post({"model": DAY, "prompt": "x"})
+        return status == 503 and body["error"]["code"] == "daemon_unavailable"  # type: ignore[index]
+
+    wait_for(lost, "503 once no instance's health answers")
