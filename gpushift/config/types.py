@@ -77,6 +77,15 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class InstanceConfig:
+    """One instance of a backend of several (issue 23): its own unit, health URL and GPUs."""
+
+    unit: str
+    health_url: str
+    gpus: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
 class BackendConfig:
     name: str
     unit: str
@@ -101,6 +110,10 @@ class BackendConfig:
     # line (the daemon does, and announces them as the D-Bus property Models).
     models: tuple[str, ...] | None = None
     aliases: tuple[str, ...] = ()  # names that reach it through the front door whenever it serves
+    instances: tuple[
+        InstanceConfig, ...
+    ] = ()  # several instances (issue 23); (): the backend is its one unit
+    min_ready: int | None = None  # instances that must pass health and warm-up to serve; None: all
 
 
 #: What the shipped example listens on: the ports the example backends had, so clients keep working.

@@ -53,6 +53,7 @@ class FrontDoor(DoorState):
         self._network = network
         self.addresses = list(network.addresses)
         self.health_probe = network.upstream.healthy
+        self.watch_instances(network.upstream.instance_probe(self.backends))
 
     async def stop(self) -> None:
         """Stop accepting, answer the held requests (503), let the requests in flight end for a

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -31,6 +33,7 @@ from gpushift.config.types import FrontDoorConfig
 from gpushift.frontdoor import answers, routing, wire
 from gpushift.frontdoor.answers import Answer
 from gpushift.frontdoor.holding import Outcome
+from gpushift.frontdoor.instances import PROBE_TIMEOUT_S, Probe
 from gpushift.frontdoor.state import Backend, DoorState
 
 log = structlog.get_logger("gpushift.frontdoor")
@@ -51,6 +54,9 @@ WHOLE_MAX = 64 * 1024
 #: The status an access line shows for a client that went away before its answer (nginx's 499).
 CLIENT_GONE = 499
 
+#: A connect that failed before any byte of the request was sent: safe to try on another instance.
+CONNECT_FAILED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
 
 class Upstream:
     """The aiohttp client session every forwarded request uses."""
@@ -67,15 +73,34 @@ class Upstream:
         )
 
     async def healthy(self, backend: Backend) -> bool:
-        """Whether ``backend``'s health URL answers 200 now."""
-        url = URL(backend.origin.url).with_path(URL(backend.health_url).path or "/")
+        """Whether ``backend``'s health URL answers 200 now (with instances: any instance's)."""
+        if backend.instances:
+            got = await asyncio.gather(
+                *(self._health(i.origin, i.health_url, HEALTH_TIMEOUT_S) for i in backend.instances)
+            )
+            return 200 in got
+        return await self._health(backend.origin, backend.health_url, HEALTH_TIMEOUT_S) == 200
+
+    def instance_probe(self, backends: Mapping[str, Backend]) -> Probe:
+        """The health probe of one instance of a backend of several: 2xx within the deadline."""
+
+        async def probe(backend: str, i: int) -> bool:
+            inst = backends[backend].instances[i]
+            status = await self._health(inst.origin, inst.health_url, PROBE_TIMEOUT_S)
+            return status is not None and 200 <= status < 300
+
+        return probe
+
+    async def _health(self, origin: wire.Origin, health_url: str, timeout_s: float) -> int | None:
+        """The status the health URL answers at ``origin`` (None: no answer in ``timeout_s``)."""
+        url = URL(origin.url).with_path(URL(health_url).path or "/")
         try:
             async with self.session.get(
-                url, allow_redirects=False, timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
+                url, allow_redirects=False, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as r:
-                return r.status == 200
+                return r.status
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
-            return False
+            return None
 
     async def close(self) -> None:
         await self.session.close()
@@ -235,17 +260,11 @@ async def _read_bounded(request: web.BaseRequest, limit: int) -> bytes:
 async def forward(
     fd: DoorState, upstream: Upstream, backend: Backend, request: web.BaseRequest, body: bytes
 ) -> web.StreamResponse:
-    """Send the request to ``backend``'s origin and stream its answer back."""
-    o = backend.origin
-    rel = request.rel_url
-    url = URL.build(
-        scheme=o.scheme,
-        host=o.host,
-        port=o.port,
-        path=rel.raw_path,
-        query_string=rel.raw_query_string,
-        encoded=True,
-    )
+    """Send the request to ``backend``'s origin (with instances: to one of them) and stream its
+    answer back."""
+    if backend.name in fd.pools:
+        return await _forward_balanced(fd, upstream, backend, request, body)
+    url = _url(backend.origin, request.rel_url)
     headers = CIMultiDict(wire.request_headers(request.headers.items()))
     try:
         up = await upstream.session.request(
@@ -261,8 +280,69 @@ async def forward(
         up.close()
 
 
+def _url(o: wire.Origin, rel: URL) -> URL:
+    """``rel``'s path and query at the origin ``o``: nothing of the request can name another host."""
+    return URL.build(
+        scheme=o.scheme,
+        host=o.host,
+        port=o.port,
+        path=rel.raw_path,
+        query_string=rel.raw_query_string,
+        encoded=True,
+    )
+
+
+async def _forward_balanced(
+    fd: DoorState, upstream: Upstream, backend: Backend, request: web.BaseRequest, body: bytes
+) -> web.StreamResponse:
+    """A backend of several instances: to the one the picker names; a connect refused (nothing
+    sent yet) is tried again at once on another; a request that failed after it was sent is a 502
+    (or a broken stream), counted for its instance (``instances.py``)."""
+    pools, name = fd.pools, backend.name
+    headers = CIMultiDict(wire.request_headers(request.headers.items()))
+    tried: set[int] = set()
+    reason = "no instance"
+    while (i := pools.pick(name, tried)) is not None:
+        inst = backend.instances[i]
+        pools.begin(name, i)
+        try:
+            try:
+                up = await upstream.session.request(
+                    request.method,
+                    _url(inst.origin, request.rel_url),
+                    headers=headers,
+                    data=body if body else None,
+                    allow_redirects=False,
+                )
+            except CONNECT_FAILED as e:
+                reason = _reason(e)
+                pools.refused(name, i, reason)
+                log.warning("frontdoor_instance_refused", backend=name, instance=inst.name, error=reason)
+                tried.add(i)
+                continue
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+                reason = _reason(e)
+                pools.broke(name, i, reason)
+                fd.observer.upstream_errors.labels(name, reason).inc()
+                log.warning("frontdoor_upstream_failed", backend=name, instance=inst.name, error=reason)
+                return error_response(answers.upstream_failed(name, reason))
+            try:
+                return await _relay(fd, backend, request, up, functools.partial(pools.broke, name, i))
+            finally:
+                up.close()
+        finally:
+            pools.end(name, i)
+    fd.observer.upstream_errors.labels(name, reason).inc()
+    log.warning("frontdoor_upstream_failed", backend=name, error=reason)
+    return error_response(answers.upstream_failed(name, reason))
+
+
 async def _relay(
-    fd: DoorState, backend: Backend, request: web.BaseRequest, up: aiohttp.ClientResponse
+    fd: DoorState,
+    backend: Backend,
+    request: web.BaseRequest,
+    up: aiohttp.ClientResponse,
+    broke: Callable[[str], None] | None = None,
 ) -> web.StreamResponse:
     pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in up.raw_headers]
     headers = CIMultiDict(wire.response_headers(pairs))
@@ -277,6 +357,8 @@ async def _relay(
             body = await up.content.readexactly(length)
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
             fd.observer.upstream_errors.labels(backend.name, _reason(e)).inc()
+            if broke is not None:
+                broke(_reason(e))
             return error_response(answers.upstream_failed(backend.name, _reason(e)))
         return web.Response(status=up.status, reason=up.reason, body=body, headers=headers)
     resp = web.StreamResponse(status=up.status, reason=up.reason, headers=headers)
@@ -287,6 +369,8 @@ async def _relay(
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
             fd.observer.upstream_errors.labels(backend.name, _reason(e)).inc()
             log.warning("frontdoor_upstream_broke", backend=backend.name, error=_reason(e))
+            if broke is not None:
+                broke(_reason(e))
             _abort(request)  # the client must see a broken answer, not a complete one
             return resp
         if not chunk:

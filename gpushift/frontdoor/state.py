@@ -30,6 +30,7 @@ from gpushift.errors import ConfigError
 from gpushift.frontdoor import answers, routing, wire
 from gpushift.frontdoor.answers import Answer
 from gpushift.frontdoor.holding import Held, Holding, Outcome
+from gpushift.frontdoor.instances import Pools, Probe
 from gpushift.frontdoor.observe import Observer
 from gpushift.frontdoor.routing import Decision, Names, Situation
 from gpushift.frontdoor.view import OFF, DaemonView
@@ -46,28 +47,56 @@ RELEASE_GRACE_S = 15.0
 
 
 @dataclass(frozen=True)
+class Instance:
+    """One instance of a backend of several: named by its unit, reached at its health URL's origin."""
+
+    name: str
+    origin: wire.Origin
+    health_url: str
+
+
+@dataclass(frozen=True)
 class Backend:
     """One configured backend as the front door sees it."""
 
     name: str
     kind: str
-    origin: wire.Origin
+    origin: wire.Origin  # with instances: the first instance's
     health_url: str
     native: frozenset[str]  # its kind's own routes
     start_timeout_s: float
+    instances: tuple[Instance, ...] = ()  # (): one upstream, ``origin``
 
 
 def backends_of(config: Config) -> dict[str, Backend]:
     """The configured backends; a ``health_url`` that is not on a loopback address is refused."""
     out: dict[str, Backend] = {}
     for b in config.backends.values():
-        try:
-            origin = wire.loopback_origin(b.health_url)
-        except ValueError as e:
-            raise ConfigError(f"backends.{b.name}.health_url: {e}") from None
         native = frozenset(kinds.kind_of(b.kind).native_routes)
+        if b.instances:
+            instances = tuple(
+                Instance(
+                    i.unit,
+                    _origin(f"backends.{b.name}.instances[{n}].health_url", i.health_url),
+                    i.health_url,
+                )
+                for n, i in enumerate(b.instances)
+            )
+            first = instances[0]
+            out[b.name] = Backend(
+                b.name, b.kind, first.origin, first.health_url, native, b.start_timeout_s, instances
+            )
+            continue
+        origin = _origin(f"backends.{b.name}.health_url", b.health_url)
         out[b.name] = Backend(b.name, b.kind, origin, b.health_url, native, b.start_timeout_s)
     return out
+
+
+def _origin(key: str, url: str) -> wire.Origin:
+    try:
+        return wire.loopback_origin(url)
+    except ValueError as e:
+        raise ConfigError(f"{key}: {e}") from None
 
 
 class DoorState:
@@ -91,6 +120,9 @@ class DoorState:
         self._native = frozenset(r for b in self.backends.values() for r in b.native)
         self.holding = Holding(self.settings.max_held, self.settings.hold_timeout_s)
         self.observer = Observer(self.backends, self._every_name())
+        self.pools = Pools(
+            {b.name: [i.name for i in b.instances] for b in self.backends.values()}, self.observer.registry
+        )
         self.requests = 0
         self._switch_began: float | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -112,6 +144,7 @@ class DoorState:
         if view.connected and not view.switching:
             if view.active in self.backends:
                 self._last_serving = view.active
+                self.pools.serving(view.active)
             elif view.active == OFF:
                 self._last_serving = ""
         self._follow_release(old, view)
@@ -153,6 +186,7 @@ class DoorState:
         self._released_at = time.monotonic()
         if serving in self.backends:
             self._last_serving = serving
+            self.pools.serving(serving)
         held, longest = self.holding.take_switch_figures()
         for h in self.holding:
             d = routing.after_release(self.names, serving, h.model, self.backends)
@@ -163,8 +197,9 @@ class DoorState:
         return held, longest
 
     def status(self) -> dict[str, Any]:
-        """``FrontDoor1.Status``: what ``gpushift status`` shows of the front door."""
-        return {
+        """``FrontDoor1.Status``: what ``gpushift status`` shows of the front door (``instances``
+        only when a backend has several)."""
+        out: dict[str, Any] = {
             "listen": self.listening(),
             "held": len(self.holding),
             "in_flight": dict(self._in_flight),
@@ -174,6 +209,9 @@ class DoorState:
             "serving": self._serving_now() or None,
             "longest_held_s": round(self.holding.oldest_s(), 3),
         }
+        if self.pools.pickers:
+            out["instances"] = self.pools.status()
+        return out
 
     def end(self) -> None:
         """The front door stops: every held request is answered (a 503), its timers and tasks end."""
@@ -182,6 +220,12 @@ class DoorState:
             self._settle(h, routing.answer(routing.DAEMON_LOST), None)
         for t in list(self._tasks):
             t.cancel()
+
+    def watch_instances(self, probe: Probe) -> None:
+        """Start asking the health of the instances of the backends in use (``instances.py``);
+        nothing when no backend has instances.  Ends with :meth:`end`."""
+        if self.pools.pickers:
+            self._spawn(self.pools.watch(probe, self._in_use))
 
     def listening(self) -> list[str]:
         """The addresses served now (``core.FrontDoor`` fills them in)."""
@@ -266,6 +310,10 @@ class DoorState:
         return (
             s.fallback if not s.view.connected else (s.view.active if s.view.active in self.backends else "")
         )
+
+    def _in_use(self) -> set[str]:
+        """The backends whose instances' health is asked: serving now, or with requests in flight."""
+        return {self._serving_now(), *(b for b, n in self._in_flight.items() if n)} - {""}
 
     def _begin(self, backend: str) -> None:
         self._in_flight[backend] = self._in_flight.get(backend, 0) + 1
