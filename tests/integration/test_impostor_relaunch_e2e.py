@@ -53,8 +53,9 @@ def test_relaunches_failing_on_an_impostor_fall_back_to_the_backend_that_served_
 ) -> None:
     if os.geteuid() != 0:
         raise AssertionError("this test must run as root: its impostor runs as user nobody")
-    # a sets up for 3 s before it binds (as vLLM does): the impostor binds first after a's death.
-    a = Backend("a", free_port(), [0, 1], args=["--bind-delay", "3"], start_timeout_s=30)
+    # a sets up for 8 s before it binds (as vLLM does): the impostor binds first after a's death,
+    # even when a relaunch starts before it (then it fails on the impostor's answer or its own exit).
+    a = Backend("a", free_port(), [0, 1], args=["--bind-delay", "8"], start_timeout_s=40)
     b = Backend("b", free_port(), [1], version="2.0.0")
     lines = [f"max_attempts = {MAX_ATTEMPTS}", "retry_after_s = 1"]
     env = GpushiftEnv(
