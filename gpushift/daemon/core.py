@@ -116,6 +116,7 @@ class Daemon:
             retry_after_s=self.config.daemon.retry_after_s,
             watch=self.watcher,
             settings=watch_settings(self.config),
+            on_failure=self.config.daemon.on_failure,
         )
         # Consumers (pre-warm, hooks, notices) register here: docs/design.md "A look-ahead consumer".
         self.lookahead = LookAhead(self.keeper.coming_switch, ports.clock.now, self.log)
@@ -319,7 +320,9 @@ class Daemon:
 
         self.stagger = stagger(new)
         self.keeper.set_schedule(new_schedule)
-        self.keeper.configure(new.daemon.max_attempts, new.daemon.retry_after_s, watch_settings(new))
+        self.keeper.configure(
+            new.daemon.max_attempts, new.daemon.retry_after_s, watch_settings(new), new.daemon.on_failure
+        )
         if self._service is not None:
             self._service.allowed_group = new.daemon.allowed_group
         self.watcher.keep_units_loaded(new)

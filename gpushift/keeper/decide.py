@@ -17,7 +17,9 @@ The rules, in order:
    recently at or before now), else the backend being relaunched — is switched to, unless that
    target already failed ``max_attempts`` times here, the last failure is more recent than
    ``retry_after_s``, a person cancelled the switch (then it waits for the next boundary or
-   ``gpushift resume``), or it is a crashed backend whose ``on_crash`` is ``stay``.
+   ``gpushift resume``), or it is a crashed backend whose ``on_crash`` is ``stay``; a crashed
+   backend whose relaunches all failed gives way, once, to the backend that served before it
+   (``on_failure = "rollback"``, :mod:`.fallback`).
 
 Before the rules, the switches that ended since the last decision (``Snapshot.ended``) are taken
 into account: a failed switch of the keeper's own counts as an attempt, a backend that was brought
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from gpushift.keeper.fallback import fall_back
 from gpushift.keeper.override import Override, after_failed_manual, external_override, manual_override
 from gpushift.keeper.watch import Incident
 from gpushift.schedule import Fire, Schedule
@@ -110,6 +113,8 @@ class Relaunch:
     since: datetime  # when it was noticed (the attempts' key, like a boundary's fire time)
     why: str
     restart: bool  # it still runs (wedged): stop it and start it again
+    before: str | None = None  # the backend that served before it (the fallback's target)
+    fell_back: bool = False  # its relaunches gave up and the fallback was asked for
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,8 @@ class Snapshot:
     ended: tuple[Ended, ...] = ()  # switches that ended since the last decision (read with ``running``)
     active: tuple[str, ...] | None = None  # units systemd reports running, auto-restart included
     asked: Ask | None = None  # a switch asked for now (then nothing else is decided)
+    before: str | None = None  # the backend that served before the established one (None: unknown)
+    on_failure: str = "rollback"
 
 
 # --------------------------------------------------------------------------- actions
@@ -288,7 +295,7 @@ def _watch(
         actions += [Log("warning", f"backend_{inc.outcome.value}", fields), RecordIncident(inc)]
         if not inc.serving_again:
             wedged = inc.outcome is Outcome.UNHEALTHY
-            relaunch = Relaunch(inc.backend, s.now, inc.detail, restart=wedged)
+            relaunch = Relaunch(inc.backend, s.now, inc.detail, restart=wedged, before=s.before)
             if not wedged:
                 actions.append(Adopt(OFF, force=True))  # it is gone: what serves now is nothing
         return ov, relaunch
@@ -352,11 +359,28 @@ def _wanted(
     return None
 
 
+def _fall_back(
+    s: Snapshot, a: Attempts, relaunch: Relaunch, actual: str, when: str, blocked: str
+) -> tuple[str, Decision | None]:
+    """A relaunch that gave up: what ``status`` says, and the switch to the backend that served
+    before the crashed one when it is to be tried now (:mod:`.fallback`)."""
+    fb = fall_back(
+        relaunch.backend, relaunch.before, relaunch.fell_back, a.failures, a.last_message, actual,
+        s.on_failure, when,
+    )  # fmt: skip
+    if fb is None or fb.target is None:
+        return (blocked if fb is None else fb.blocked), None
+    details = {"fallback": {"from": relaunch.backend, "failed_relaunches": a.failures}}
+    sw = Switch(fb.target, fb.reason, Trigger.ROLLBACK, actual, details=details)
+    fell = replace(relaunch, fell_back=True)
+    return fb.blocked, Decision((sw,), f"falling back to {fb.target}: {fb.reason}", a, fb.blocked, fell)
+
+
 def _attempt(
-    s: Snapshot, wants: str, key: datetime, relaunch: Relaunch | None
+    s: Snapshot, wants: str, key: datetime, relaunch: Relaunch | None, actual: str
 ) -> tuple[Attempts, str | None, Decision | None]:
-    """The attempts at (``key``, ``wants``), and the decision when they say wait (gave up,
-    cancelled, or too soon after a failure)."""
+    """The attempts at (``key``, ``wants``), and the decision when they say wait (gave up — or fall
+    back, for a relaunch —, cancelled, or too soon after a failure)."""
     a: Attempts | None = s.attempts
     blocked: str | None = s.blocked
     if a is None or a.fire_at != key or a.target != wants:
@@ -374,6 +398,10 @@ def _attempt(
                 f"gave up switching to {wants} after {a.failures} failed attempts "
                 f"(last: {a.last_message}); waiting for the next boundary ({when}) or a person"
             )
+            if relaunch is not None and relaunch.backend == wants:
+                blocked, fell = _fall_back(s, a, relaunch, actual, when, blocked)
+                if fell is not None:
+                    return a, blocked, fell
         return a, blocked, Decision((), blocked, a, blocked, relaunch)
     since_failure = s.mono - a.last_failure_mono
     if a.failures and since_failure < s.retry_after_s:
@@ -450,9 +478,9 @@ def decide(s: Snapshot) -> Decision:
             deferral, waiting = _defer(s, actual, wants, key, limit, details)
             if waiting is not None:
                 return Decision(tuple(actions), waiting, s.attempts, s.blocked, relaunch, deferral)
-    a, blocked, wait = _attempt(s, wants, key, relaunch)
+    a, blocked, wait = _attempt(s, wants, key, relaunch, actual)
     if wait is not None:
-        return replace(wait, actions=tuple(actions))
+        return replace(wait, actions=(*actions, *wait.actions))
     trigger = Trigger.RECOVERY if bringing_back else s.trigger
     reason = f"relaunch: {relaunch.why}" if bringing_back and relaunch is not None else why
     actions.append(

@@ -115,6 +115,8 @@ class Keeper:
     retry_after_s: spacing between those attempts.
     watch: the job watch and health history (None: a failed unit is a crash, an inactive one a
         person's stop, and nobody notices a wedged backend).
+    on_failure: ``[daemon] on_failure``; ``"rollback"``: a crashed backend whose relaunches all
+        failed gives way to the backend that served before it (:mod:`.fallback`).
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class Keeper:
         retry_after_s: float = 30.0,
         watch: BackendWatch | None = None,
         settings: Mapping[str, WatchSettings] | None = None,
+        on_failure: str = "rollback",
     ) -> None:
         self.switcher = switcher
         self.schedule = schedule
@@ -140,6 +143,9 @@ class Keeper:
         self.retry_after_s = retry_after_s
         self.watch = watch
         self.settings: dict[str, WatchSettings] = dict(settings or {})
+        self.on_failure = on_failure
+        # (backend, the backend that served before it), from the last switch seen to end ok
+        self.before: tuple[str, str] | None = None
         self.seen: Seen | None = None
         self.relaunch: Relaunch | None = None
         self.deferral: Deferral | None = None
@@ -165,12 +171,18 @@ class Keeper:
             self.blocked = None
 
     def configure(
-        self, max_attempts: int, retry_after_s: float, settings: Mapping[str, WatchSettings] | None = None
+        self,
+        max_attempts: int,
+        retry_after_s: float,
+        settings: Mapping[str, WatchSettings] | None = None,
+        on_failure: str | None = None,
     ) -> None:
         """New settings (on reload); they apply from the next tick."""
         with self._lock:
             self.max_attempts = max_attempts
             self.retry_after_s = retry_after_s
+            if on_failure is not None:
+                self.on_failure = on_failure
             if settings is not None:
                 self.settings = dict(settings)
 
@@ -264,6 +276,8 @@ class Keeper:
             blocked=self.blocked,
             max_attempts=self.max_attempts,
             retry_after_s=self.retry_after_s,
+            before=self.before[1] if self.before is not None and self.before[0] == established else None,
+            on_failure=self.on_failure,
         )
 
     def _snapshot(self, trigger: Trigger) -> Snapshot:
@@ -274,7 +288,12 @@ class Keeper:
         busy = busy or busy_after or established_after != established
         # The switches that ended since the last look, read with what runs after them (while one
         # runs they wait for the next decision).
-        ended = () if busy else tuple(_ended(r) for r in self.switcher.take_finished())
+        finished = [] if busy else self.switcher.take_finished()
+        for r in finished:  # who served before whom: the fallback's target (keeper/fallback.py)
+            was = r.from_backend
+            if r.result is not None and r.result.ok and was is not None and was not in (OFF, r.target):
+                self.before = (r.target, was)
+        ended = tuple(_ended(r) for r in finished)
         obs = Observation(seen=self.seen)
         st = states.get(established) if established is not None else None
         if st is not None and established is not None:
@@ -409,6 +428,7 @@ class Keeper:
                         "backend": self.relaunch.backend,
                         "since": self.relaunch.since.isoformat(),
                         "why": self.relaunch.why,
+                        "fell_back_to": self.relaunch.before if self.relaunch.fell_back else None,
                     }
                     if self.relaunch
                     else None

@@ -849,3 +849,43 @@ def test_status_says_the_override_file_was_ignored() -> None:
     text = render_status({"daemon": {"running": True, "override_ignored": why}})
     assert f"override: IGNORED, obeying the schedule: {why}" in text.splitlines()
     assert "IGNORED" not in render_status({"daemon": {"running": True, "override_ignored": None}})
+
+
+def test_keeper_falls_back_to_the_backend_that_served_before_once_relaunches_give_up(
+    rig: Callable[..., Rig],
+) -> None:
+    # night served, then day; day dies and will not start again (its port taken, say): after
+    # max_attempts relaunches the keeper brings night back instead of leaving nothing serving.
+    r = rig(start=MONDAY_NOON, running="night", schedule=None, max_attempts=2, retry_after_s=30)
+    r.manual("day")
+    day = r.world.unit("day")
+    # it exits by itself (at the next look), and its starts fail from now on
+    r.world.units.behave(day, crash_after_s=0, crash_result="signal", start_job_result="failed")
+    for _ in range(6):  # three minutes of reconcile ticks
+        r.tick()
+        r.wall.advance(30)
+    assert r.keeper_requests() == [("day", "recovery"), ("day", "recovery"), ("night", "rollback")]
+    assert r.world.running() == ["night"]
+    (back,) = r.rows(trigger="rollback")
+    assert back.outcome == "ok" and back.to_backend == "night"
+    assert back.reason.startswith("fallback: 2 failed relaunches of day"), back.reason
+    st = r.status()
+    assert st["blocked"] is not None and st["blocked"].startswith("fell back to night after 2"), st
+    assert st["relaunch"]["backend"] == "day" and st["relaunch"]["fell_back_to"] == "night", st
+
+
+def test_keeper_with_on_failure_stay_gives_up_and_leaves_nothing_serving(make_world: Any) -> None:
+    world = make_world(on_failure="stay")
+    world.boot("night")
+    keeper = Keeper(
+        world.switcher, None, MemoryOverrideStore(), now=world.clock.now, monotonic=world.clock.monotonic,
+        max_attempts=2, retry_after_s=0, on_failure="stay",
+    )  # fmt: skip
+    ticket, _ov = keeper.ask(Ask("day", "by hand", ALICE))
+    assert ticket is not None and world.switcher.wait(20)
+    world.units.behave(world.unit("day"), crash_after_s=0, crash_result="signal", start_job_result="failed")
+    for _ in range(6):
+        keeper.tick()
+        assert world.switcher.wait(20)
+    assert world.running() == []
+    assert (keeper.blocked or "").startswith("gave up switching to day after 2 failed attempts")

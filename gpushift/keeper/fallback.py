@@ -1,0 +1,61 @@
+"""The fallback: a crashed backend that cannot be brought back gives way to the one that served before.
+
+Pure.  The serving backend crashed or wedged (:mod:`.watch`), and its relaunches failed
+``max_attempts`` times — e.g. a port impostor holds its port, so the preflight refuses the start,
+the readiness check finds the impostor, or the real server exits at once.  Giving up there leaves
+the host serving nothing until a person acts.  With ``on_failure = "rollback"`` the keeper then
+switches, once per crash, to the backend that served before the crashed one (the one the failure
+policy's rollback would have brought back had the crashed backend's start been a switch): a ledger
+row of its own (trigger ``rollback``) whose reason names the failed relaunches.  The crashed backend
+then waits, as before, for the next schedule boundary, ``gpushift switch`` or ``gpushift resume``.
+
+The rule does not apply with ``on_failure = "stay"``, when nothing known served before the crashed
+backend (the keeper learns it from the switches it sees end ``ok``: a daemon restarted since does
+not know it), or when something serves already.  The fallback is tried once: when it fails too,
+nothing serves and ``status`` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpushift.values import OFF
+
+
+@dataclass(frozen=True)
+class FallBack:
+    """What the keeper does once the relaunches gave up."""
+
+    target: str | None  # switch to it now (None: it was tried already)
+    reason: str  # that switch's reason (its ledger row's)
+    blocked: str  # what ``status`` says (``blocked``)
+
+
+def fall_back(
+    backend: str,
+    before: str | None,
+    tried: bool,
+    failures: int,
+    last_message: str,
+    actual: str,
+    on_failure: str,
+    when: str,
+) -> FallBack | None:
+    """The fallback for ``backend`` (crashed, ``failures`` failed relaunches, the last one's message
+    ``last_message``), which ``before`` served before; ``actual`` is what runs, ``when`` the next
+    schedule boundary.  None: the rule does not apply (the keeper gives up as before)."""
+    if on_failure != "rollback" or before is None or before in (OFF, backend):
+        return None
+    if not tried and actual != OFF:
+        return None  # something serves already
+    relaunches = f"{failures} failed relaunches of {backend} (last: {last_message})"
+    wait = f"{backend} waits for the next boundary ({when}), `gpushift switch` or `gpushift resume`"
+    if not tried:
+        reason = f"fallback: {relaunches}; {before} served before it"
+        return FallBack(before, reason, f"fell back to {before} after {relaunches}; {wait}")
+    if actual == before:
+        return FallBack(None, "", f"fell back to {before} after {relaunches}; {wait}")
+    now = "nothing serves" if actual == OFF else f"{actual} runs"
+    return FallBack(
+        None, "", f"fell back to {before} after {relaunches}, but {before} does not serve ({now}); {wait}"
+    )
