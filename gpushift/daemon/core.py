@@ -117,6 +117,7 @@ class Daemon:
             watch=self.watcher,
             settings=watch_settings(self.config),
             on_failure=self.config.daemon.on_failure,
+            ledger=ports.ledger,  # who served before whom, for the fallback (keeper/fallback.py)
         )
         # Consumers (pre-warm, hooks, notices) register here: docs/design.md "A look-ahead consumer".
         self.lookahead = LookAhead(self.keeper.coming_switch, ports.clock.now, self.log)

@@ -10,16 +10,25 @@ row of its own (trigger ``rollback``) whose reason names the failed relaunches. 
 then waits, as before, for the next schedule boundary, ``gpushift switch`` or ``gpushift resume``.
 
 The rule does not apply with ``on_failure = "stay"``, when nothing known served before the crashed
-backend (the keeper learns it from the switches it sees end ``ok``: a daemon restarted since does
-not know it), or when something serves already.  The fallback is tried once: when it fails too,
-nothing serves and ``status`` says so.
+backend, or when something serves already.  The keeper learns who served before whom from the
+switches it sees end ``ok``, and at its start from the ledger's newest rows (:func:`ledger_before`:
+a daemon restarted since the crashed backend's switch still knows it).  The fallback is tried once:
+when it fails too, nothing serves and ``status`` says so; when the switcher refuses it because
+another switch runs (``SwitchInProgress``), it is asked for again at the next decision while nothing
+serves and no person acted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from gpushift.values import OFF
+from gpushift.ports import Ledger
+from gpushift.values import OFF, Outcome, SwitchRecord, Trigger
+
+#: The newest ledger rows the keeper reads at its start to learn who served before whom.
+LEDGER_ROWS = 50
 
 
 @dataclass(frozen=True)
@@ -59,3 +68,35 @@ def fall_back(
     return FallBack(
         None, "", f"fell back to {before} after {relaunches}, but {before} does not serve ({now}); {wait}"
     )
+
+
+def served_before(target: str, was: str | None) -> tuple[str, str] | None:
+    """(``target``, ``was``) when a switch from ``was`` that ended ok says who served before
+    ``target``; None when it says nothing (nothing ran before it, or it was a relaunch)."""
+    if was is None or was in (OFF, target):
+        return None
+    return target, was
+
+
+def rows_before(rows: Iterable[SwitchRecord]) -> tuple[str, str] | None:
+    """Who served before whom, from ledger rows newest first: the newest switch of gpushift's that
+    ended ok from another backend (a person's ``systemctl``, trigger ``external``, is not one; the
+    keeper does not learn from it either)."""
+    for r in rows:
+        if r.outcome != Outcome.OK.value or r.trigger == Trigger.EXTERNAL.value or not r.to_backend:
+            continue
+        learned = served_before(r.to_backend, r.from_backend)
+        if learned is not None:
+            return learned
+    return None
+
+
+def ledger_before(ledger: Ledger, log: Any) -> tuple[str, str] | None:
+    """:func:`rows_before` of the ledger's :data:`LEDGER_ROWS` newest rows.  A ledger that cannot be
+    read is a warning, never a failed start (the keeper then learns it from the switches it sees)."""
+    try:
+        rows = ledger.list(limit=LEDGER_ROWS)
+    except Exception as e:  # whatever the ledger raises, the daemon starts
+        log.warning("fallback_ledger_unreadable", error=str(e))
+        return None
+    return rows_before(rows)

@@ -43,9 +43,11 @@ from gpushift.keeper.decide import (
     WatchSettings,
     decide,
 )
+from gpushift.keeper.fallback import ledger_before, served_before
 from gpushift.keeper.override import Override, OverrideStore
 from gpushift.keeper.served import Served, next_served
 from gpushift.keeper.watch import Observation, Seen, observe
+from gpushift.ports import Ledger
 from gpushift.schedule import Schedule
 from gpushift.switch import Event, SwitchRun
 from gpushift.values import OFF, Caller, EventKind, Mode, Outcome, OverrideSource, Trigger, UnitState
@@ -55,7 +57,6 @@ class SwitchControl(Protocol):
     """What the keeper needs of the switcher (the Switcher implements it)."""
 
     def snapshot(self) -> tuple[bool, str | None]: ...
-
     def unit_states(self) -> dict[str, UnitState]: ...
 
     def request(
@@ -73,15 +74,10 @@ class SwitchControl(Protocol):
     ) -> str: ...
 
     def take_finished(self) -> list[SwitchRun]: ...
-
     def adopt(self, backend: str, force: bool = False) -> None: ...
-
     def note_external(self, from_backend: str, to_backend: str) -> None: ...
-
     def note_relaunch(self, backend: str, detail: str) -> None: ...
-
     def record_incident(self, outcome: Outcome, backend: str, detail: str, exit: str) -> None: ...
-
     def add_listener(self, listener: Callable[[Event], None]) -> None: ...
 
 
@@ -117,6 +113,7 @@ class Keeper:
         person's stop, and nobody notices a wedged backend).
     on_failure: ``[daemon] on_failure``; ``"rollback"``: a crashed backend whose relaunches all
         failed gives way to the backend that served before it (:mod:`.fallback`).
+    ledger: read once here, its newest rows, for who served before whom (None: nothing known yet).
     """
 
     def __init__(
@@ -132,6 +129,7 @@ class Keeper:
         watch: BackendWatch | None = None,
         settings: Mapping[str, WatchSettings] | None = None,
         on_failure: str = "rollback",
+        ledger: Ledger | None = None,
     ) -> None:
         self.switcher = switcher
         self.schedule = schedule
@@ -144,8 +142,8 @@ class Keeper:
         self.watch = watch
         self.settings: dict[str, WatchSettings] = dict(settings or {})
         self.on_failure = on_failure
-        # (backend, the backend that served before it), from the last switch seen to end ok
-        self.before: tuple[str, str] | None = None
+        # (backend, the backend that served before it): the ledger's, then the last switch seen ok
+        self.before = ledger_before(ledger, self.log) if ledger is not None else None
         self.seen: Seen | None = None
         self.relaunch: Relaunch | None = None
         self.deferral: Deferral | None = None
@@ -290,9 +288,8 @@ class Keeper:
         # runs they wait for the next decision).
         finished = [] if busy else self.switcher.take_finished()
         for r in finished:  # who served before whom: the fallback's target (keeper/fallback.py)
-            was = r.from_backend
-            if r.result is not None and r.result.ok and was is not None and was not in (OFF, r.target):
-                self.before = (r.target, was)
+            ok = r.result is not None and r.result.ok
+            self.before = (served_before(r.target, r.from_backend) if ok else None) or self.before
         ended = tuple(_ended(r) for r in finished)
         obs = Observation(seen=self.seen)
         st = states.get(established) if established is not None else None
@@ -334,6 +331,9 @@ class Keeper:
         elif isinstance(a, Switch):
             ticket = self._start(a, asked=False)
             if ticket is None:
+                if "fallback" in a.details and self.relaunch is not None:  # asked again next time
+                    self.relaunch = replace(self.relaunch, fell_back=False)
+                    self.blocked = f"falling back to {a.target} waits for the switch that runs"
                 return "a switch is running; deciding after it"
             return f"{summary} (ticket {ticket})"
         return summary

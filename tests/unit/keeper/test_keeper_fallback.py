@@ -13,15 +13,20 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from gpushift.keeper import Attempts, Snapshot, decide
-from gpushift.keeper.decide import Ended, Relaunch, Switch
-from gpushift.keeper.fallback import fall_back
+from gpushift_unit_fakes import MemoryOverrideStore  # loaded by tests/unit/conftest.py
+
+from gpushift.errors import GpushiftError, SwitchInProgress
+from gpushift.keeper import Attempts, Keeper, Snapshot, decide
+from gpushift.keeper.decide import Ask, Ended, Relaunch, Switch
+from gpushift.keeper.fallback import LEDGER_ROWS, fall_back, ledger_before, rows_before
 from gpushift.keeper.watch import Incident
-from gpushift.values import OFF, Outcome, Trigger
+from gpushift.switch import Switcher
+from gpushift.values import OFF, Caller, Outcome, SwitchRecord, Trigger
 
 UTC = timezone.utc
 CRASH = Incident(Outcome.CRASHED, "day", "gs-day.service exited by itself (killed by signal 9)")
 REFUSED = "refused: port 8000 is already taken by pid 99 (python3, user nobody)"
+ALICE = Caller(uid=1000, user="alice", pid=77)
 
 
 def utc(day: int, hour: int, minute: int = 0) -> datetime:
@@ -127,3 +132,153 @@ def test_decide_with_on_failure_stay_or_nothing_before_gives_up_as_before() -> N
 def test_decide_a_cancelled_relaunch_does_not_fall_back() -> None:
     d = decide(snap(attempts=replace(gave_up(failures=1), cancelled_by="alice")))
     assert switches(d) == [] and d.blocked is not None and "cancelled by alice" in d.blocked
+
+
+# --------------------------------------------------------------------------- who served before whom
+
+
+def row(trigger: str, was: str | None, to: str, outcome: str = "ok") -> SwitchRecord:
+    return SwitchRecord(trigger, "gpushift", "r", was, to, utc(2, 11), outcome=outcome)
+
+
+def test_rows_before_is_the_newest_ok_switch_of_gpushifts_from_another_backend() -> None:
+    older = row("manual", "night", "day")
+    newest_first = [
+        row("watch", "day", OFF, outcome="crashed"),  # an incident
+        row("external", "day", "day"),  # a relaunch behind gpushift's back
+        row("external", "other", "day"),  # a person's systemctl: the keeper does not learn from it
+        row("recovery", OFF, "day"),  # a relaunch by gpushift (nothing ran before it)
+        row("schedule", "other", "day", outcome="refused"),
+        older,
+        row("schedule", "other", "night"),
+    ]
+    assert rows_before(newest_first) == ("day", "night")
+    assert rows_before(newest_first[:5]) is None
+    assert rows_before([]) is None
+
+
+class Rows:
+    def __init__(self, rows: list[SwitchRecord] | None = None, error: Exception | None = None) -> None:
+        self.rows, self.error, self.limits = rows or [], error, []  # type: ignore[var-annotated]
+
+    def list(self, limit: int = 20, **filters: Any) -> list[SwitchRecord]:
+        self.limits.append(limit)
+        if self.error is not None:
+            raise self.error
+        return self.rows[:limit]
+
+
+class Log:
+    def __init__(self) -> None:
+        self.warnings: list[tuple[str, dict[str, Any]]] = []
+
+    def info(self, event: str, **kw: Any) -> None:
+        pass
+
+    def warning(self, event: str, **kw: Any) -> None:
+        self.warnings.append((event, kw))
+
+
+def test_ledger_before_reads_a_bounded_number_of_rows_and_survives_an_unreadable_ledger() -> None:
+    ledger, log = Rows([row("manual", "night", "day")]), Log()
+    assert ledger_before(ledger, log) == ("day", "night") and ledger.limits == [LEDGER_ROWS]
+    broken = Rows(error=GpushiftError("ledger: database disk image is malformed"))
+    assert ledger_before(broken, log) is None
+    assert log.warnings == [
+        ("fallback_ledger_unreadable", {"error": "ledger: database disk image is malformed"})
+    ]
+
+
+# --------------------------------------------------------------------------- the keeper
+
+
+def make_keeper(world: Any, **kw: Any) -> Keeper:
+    return Keeper(
+        world.switcher, None, MemoryOverrideStore(), now=world.clock.now, monotonic=world.clock.monotonic,
+        max_attempts=2, retry_after_s=30, **kw,
+    )  # fmt: skip
+
+
+def crash_for_good(world: Any, keeper: Keeper, ticks: int = 6) -> None:
+    """The serving day exits by itself and its starts fail: reconcile ticks 30 s apart."""
+    world.units.behave(world.unit("day"), crash_after_s=0, crash_result="signal", start_job_result="failed")
+    for _ in range(ticks):
+        keeper.tick()
+        assert world.switcher.wait(20)
+        world.clock.advance(30)
+
+
+def fallbacks(world: Any) -> list[SwitchRecord]:
+    return [r for r in (world.ledger.rows[i] for i in sorted(world.ledger.rows)) if r.trigger == "rollback"]
+
+
+def test_keeper_started_after_a_restart_learns_from_the_ledger_who_served_before(make_world: Any) -> None:
+    # night served, then day (a switch of the daemon before its restart); the restarted daemon has a
+    # new switcher and keeper that saw no switch end, but the ledger says night served before day.
+    world = make_world()
+    world.boot("night")
+    ticket, _ov = make_keeper(world).ask(Ask("day", "by hand", ALICE))
+    assert ticket is not None and world.switcher.wait(20)
+    world.switcher = Switcher(world.config, world.ports, listener=world._listen, version="0.0.0-test")
+    keeper = make_keeper(world, ledger=world.ledger)
+    keeper.tick()  # the restarted daemon's first look: day serves
+    assert world.running() == ["day"]
+    crash_for_good(world, keeper)
+    assert world.running() == ["night"]
+    (back,) = fallbacks(world)
+    assert back.outcome == "ok" and back.reason.startswith("fallback: 2 failed relaunches of day"), back
+
+
+def test_keeper_asks_again_for_a_fallback_the_switcher_refused_as_busy(make_world: Any) -> None:
+    world = make_world()
+    world.boot("night")
+    keeper = make_keeper(world)
+    ticket, _ov = keeper.ask(Ask("day", "by hand", ALICE))
+    assert ticket is not None and world.switcher.wait(20)
+    real, asked = world.switcher.request, []
+
+    def request(
+        target: str, reason: str, caller: Caller, trigger: Trigger = Trigger.MANUAL, *a: Any, **kw: Any
+    ) -> str:
+        asked.append((target, trigger))
+        if trigger is Trigger.ROLLBACK and asked.count((target, trigger)) == 1:
+            raise SwitchInProgress("a switch is already running")
+        return real(target, reason, caller, trigger, *a, **kw)
+
+    world.switcher.request = request
+    crash_for_good(world, keeper)
+    assert asked == [("day", Trigger.RECOVERY)] * 2 + [("night", Trigger.ROLLBACK)] * 2
+    assert world.running() == ["night"]
+    (back,) = fallbacks(world)
+    assert back.outcome == "ok"
+    assert (keeper.blocked or "").startswith("fell back to night after 2 failed relaunches"), keeper.blocked
+
+
+def test_keeper_does_not_fall_back_after_a_refusal_once_a_person_acted(make_world: Any) -> None:
+    world = make_world()
+    world.boot("night")
+    keeper = make_keeper(world)
+    ticket, _ov = keeper.ask(Ask("day", "by hand", ALICE))
+    assert ticket is not None and world.switcher.wait(20)
+    real, asked = world.switcher.request, []
+
+    def request(
+        target: str, reason: str, caller: Caller, trigger: Trigger = Trigger.MANUAL, *a: Any, **kw: Any
+    ) -> str:
+        asked.append((target, trigger))
+        if trigger is Trigger.ROLLBACK:
+            raise SwitchInProgress("a switch is already running")
+        return real(target, reason, caller, trigger, *a, **kw)
+
+    world.switcher.request = request
+    crash_for_good(world, keeper, ticks=4)
+    assert asked[-1] == ("night", Trigger.ROLLBACK)
+    assert (keeper.blocked or "") == "falling back to night waits for the switch that runs"
+    ticket, _ov = keeper.ask(Ask(OFF, "leave it off", ALICE, hold=True))
+    assert ticket is not None and world.switcher.wait(20)
+    n = len(asked)
+    for _ in range(3):
+        keeper.tick()
+        assert world.switcher.wait(20)
+        world.clock.advance(30)
+    assert asked[n:] == [] and world.running() == []
