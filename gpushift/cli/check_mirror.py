@@ -9,6 +9,7 @@ and, when it is not reachable, the driver's first line with the password masked 
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -19,10 +20,15 @@ from gpushift.errors import FleetError
 
 def probe(cfg: Config) -> rules.MirrorFacts:
     """Connect once, read the schema's version, close (every failure is a value)."""
-    from gpushift.fleet import db, schema
+    from gpushift.fleet import db, schema, secret
 
     m = cfg.mirror
     where = db.where(m.url)
+    if m.password_credential and not os.environ.get(secret.CREDENTIALS_ENV):
+        why = (f"the password is the systemd credential {m.password_credential!r}, which only the "
+               f"service it is loaded into can read (${secret.CREDENTIALS_ENV} is not set here)")  # fmt: skip
+        return rules.MirrorFacts(where, False, error=why, connect_timeout_s=m.connect_timeout_s,
+                                 credential=m.password_credential)  # fmt: skip
     t0 = time.monotonic()
     try:
         conn = db.connect(m, application="gpushift-check")

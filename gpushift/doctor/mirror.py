@@ -9,6 +9,9 @@ Pure: what one connection attempt to the central database found comes in as :cla
   local ledger stays the truth and the mirror catches up once the database is back), so a database
   that is down must not make ``check`` fail — a role or a deployment that runs ``check`` before it
   puts a config in place would otherwise refuse a good config because of another host's outage.
+* ``mirror-not-checked`` (warning): the password is a systemd credential (``password_credential``)
+  and this process is not the service that has it (``$CREDENTIALS_DIRECTORY`` unset, as in a
+  shell): the connection is not tried, and the hint says how to run ``check`` with the credential.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from gpushift.doctor.findings import WARNING, Finding
 
 #: The stable code of ``gpushift check --json``.
 MIRROR_UNREACHABLE = "mirror-unreachable"
+MIRROR_NOT_CHECKED = "mirror-not-checked"
 #: The name the mirror's findings carry as their ``backend``.
 MIRROR = "mirror"
 
@@ -34,6 +38,8 @@ class MirrorFacts:
         error: why it is not reachable (one line, the password masked), None when reachable.
         elapsed_s: how long the attempt took.
         connect_timeout_s: the deadline it ran under (``[mirror] connect_timeout_s``).
+        credential: the systemd credential's name when the attempt was not made because this
+            process cannot read it (then ``reachable`` is False and ``error`` says why).
     """
 
     where: str
@@ -42,12 +48,26 @@ class MirrorFacts:
     error: str | None = None
     elapsed_s: float = 0.0
     connect_timeout_s: int = 5
+    credential: str | None = None
 
 
 def findings(facts: MirrorFacts) -> list[Finding]:
     """The mirror's findings: one warning when the central database cannot be reached."""
     if facts.reachable:
         return []
+    if facts.credential is not None:
+        return [
+            Finding(
+                WARNING,
+                MIRROR_NOT_CHECKED,
+                MIRROR,
+                f"the central database {facts.where} was not tried: {facts.error}",
+                hint=(
+                    "run check with the credential, as the service gets it: systemd-run --pipe --wait "
+                    f"-p LoadCredential={facts.credential}:/path/to/password gpushift check"
+                ),
+            )
+        ]
     return [
         Finding(
             WARNING,
@@ -65,6 +85,8 @@ def findings(facts: MirrorFacts) -> list[Finding]:
 
 def summary(facts: MirrorFacts, code_version: int) -> str:
     """One line for the report: reachable with the schema's version, or not reachable and why."""
+    if facts.credential is not None:
+        return f"{facts.where}: NOT CHECKED: {facts.error}"
     if not facts.reachable:
         return f"{facts.where}: NOT REACHABLE: {facts.error or 'unknown error'}"
     v = facts.schema_version

@@ -86,3 +86,20 @@ def test_check_mirror_section_unreachable(monkeypatch: pytest.MonkeyPatch) -> No
 def test_check_mirror_no_url_no_section() -> None:
     assert check_mirror.collect(parse(BACKEND)) is None
     assert check_mirror.render(None) == []
+
+
+def test_check_mirror_credential_outside_the_service_is_not_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    def connect(m: Any, url: Any = None, application: str = "") -> FakeConn:
+        raise AssertionError("no connection without the credential")
+
+    monkeypatch.setattr(db, "connect", connect)
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    cfg = parse(MIRROR + 'password_credential = "mirror.password"\n' + BACKEND)
+    sec = check_mirror.collect(cfg)
+    assert sec is not None and sec["reachable"] is False and (sec["errors"], sec["warnings"]) == (0, 1)
+    [f] = sec["findings"]
+    assert (f["severity"], f["code"]) == ("warning", "mirror-not-checked")
+    assert "LoadCredential=mirror.password:" in f["hint"]
+    assert check_mirror.render(sec)[0].startswith(
+        "mirror    gs@db.lan:5433/fleet: NOT CHECKED: the password is"
+    )
