@@ -2,7 +2,7 @@
 # idempotently, on a fresh Debian 12 machine as root.
 #
 #   make demo        boot a private systemd user manager + session bus, run the daemon, switch
-#   make test        lint + unit (3.10/3.11/3.12) + contract + integration + real backends
+#   make test        lint + unit (3.10/3.11/3.12) + contract + integration + test-deb + real backends
 #   make test-deb    make deb, lintian, the package's life cycle and the Ansible role in throwaway roots
 #   make test-gpu    tests against a real NVIDIA GPU (real NVML, CUDA processes)
 #   make soak        1,000 random events on the real daemon (about an hour): docs/reliability.md "Soak"
@@ -113,9 +113,7 @@ test-deb: venv
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) --durations=0 tests/integration/test_deb_build.py tests/integration/test_deb_lifecycle.py \
 	  tests/integration/test_ansible_role.py
 
-# test-deb is not in `make test` yet: it landed at the end of a session without a run of the whole
-# suite around it (docs/install.md says how to run it).
-test: lint test-unit test-pythons test-contract test-integration test-real
+test: lint test-unit test-pythons test-contract test-integration test-deb test-real
 
 # The soak (tests/support/soak.py) at 1,000 events: the short version runs in test-integration.  It
 # writes its report into docs/reliability.md ("Soak") and every event, one JSON line each, to

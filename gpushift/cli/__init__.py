@@ -6,7 +6,6 @@ Sub-command groups that live in their own modules are loaded only when invoked.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import json
@@ -18,7 +17,7 @@ from typing import Any, NoReturn
 import click
 
 from gpushift.cli import params
-from gpushift.cli.output import painter, say, say_json
+from gpushift.cli.output import leave, painter, say, say_json
 from gpushift.cli.status_text import render_status
 from gpushift.errors import DaemonUnavailable, GpushiftError
 from gpushift.safetext import redact, terminal
@@ -94,17 +93,9 @@ def _fail(e: GpushiftError) -> None:
 
 
 def _leave(code: int = 0) -> NoReturn:
-    """End ``gpushift switch``/``status`` once their last line is out: the output is flushed and the
-    process ends without the interpreter's teardown (freeing every module and object: 15–30 ms
-    measured at the end of a switch, while the daemon samples what the switch left beside it).
-    Only when this process is the ``gpushift`` command itself; a caller that runs the commands in
-    its own process (click's test runner) gets an ordinary exit."""
-    if getattr(sys.modules.get("__main__"), "main", None) is main:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
-                stream.flush()
-        os._exit(code)
-    sys.exit(code)
+    """End the command once its last line is out, without the interpreter's teardown
+    (:func:`gpushift.cli.output.leave`)."""
+    leave(code)
 
 
 def _config(ctx: click.Context) -> Any:

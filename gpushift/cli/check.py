@@ -183,13 +183,15 @@ def _collect(config_path: str | None) -> dict[str, Any]:
     report["findings"] = [f.to_dict() for f in findings]
     report["hooks"] = _hooks(cfg)
     report["directories"] = _directories(cfg)
-    from gpushift.cli import check_frontdoor
+    from gpushift.cli import check_frontdoor, check_mirror
 
     fd = report["frontdoor"] = check_frontdoor.collect(cfg, units, states)  # None: no [frontdoor]
+    mr = report["mirror"] = check_mirror.collect(cfg)  # None: no [mirror] url
+    parts = [p for p in (fd, mr) if p]
     errors = sum(1 for f in findings if f.is_error) + report["hooks"]["errors"]
-    errors += sum(1 for d in report["directories"] if not d["ok"]) + (fd["errors"] if fd else 0)
+    errors += sum(1 for d in report["directories"] if not d["ok"]) + sum(p["errors"] for p in parts)
     report["errors"] = errors + (0 if report["schedule"]["ok"] else 1)
-    report["warnings"] = sum(1 for f in findings if not f.is_error) + (fd["warnings"] if fd else 0)
+    report["warnings"] = sum(1 for f in findings if not f.is_error) + sum(p["warnings"] for p in parts)
     report["ok"] = report["errors"] == 0 and units is not None
     return report
 
@@ -228,6 +230,9 @@ def _render(r: dict[str, Any]) -> str:
     for d in r.get("directories") or []:
         state = "ok" if d["ok"] else f"ERROR: {d['error']}"
         lines.append(f"{d['setting']:<9} {d['path']}: {state}")
+    from gpushift.cli import check_frontdoor, check_mirror
+
+    lines += check_mirror.render(r.get("mirror"))
     if r.get("systemd_error"):
         lines.append(f"systemd   UNREACHABLE: {r['systemd_error']}")
     lines.append(_gpu_line(r.get("gpu") or {}))
@@ -251,8 +256,6 @@ def _render(r: dict[str, Any]) -> str:
         for x in h["hooks"]:
             state = "ok" if x["ok"] else f"ERROR: {x['error']}"
             lines.append(f"  {x['event']}: {x['program']}: {state}")
-    from gpushift.cli import check_frontdoor
-
     lines += check_frontdoor.render(r.get("frontdoor"))
     lines.append(f"\n{r.get('errors', 0)} error(s), {r.get('warnings', 0)} warning(s)")
     return "\n".join(lines)
@@ -269,9 +272,11 @@ def check(ctx: click.Context, as_json: bool) -> None:
     tensor-parallel ranks than GPUs, --split-mode none on several GPUs, missing model files, ECC
     errors, an unpinned version, port clashes, unit settings that let processes outlive a stop,
     a hook program ([hooks]) that is missing or not executable by the hooks' user, a state_dir or
-    runtime_dir that is not a usable directory, and with [frontdoor]: its ports, each backend's
+    runtime_dir that is not a usable directory, with [frontdoor]: its ports, each backend's
     model names against its /v1/models, and gpushift-frontdoor.socket's ListenStream= against
-    [frontdoor] listen.
+    [frontdoor] listen, and with [mirror]: whether the central database is reachable within
+    connect_timeout_s, and its schema version (not reachable is a warning: the mirror never
+    holds up a switch).
     Exit status 0 when there is no error, 1 otherwise (2: the config itself is invalid).
 
     \b
