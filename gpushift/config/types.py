@@ -74,6 +74,15 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class InstanceConfig:
+    """One instance of a backend of several (issue 23): its own unit, health URL and GPUs."""
+
+    unit: str
+    health_url: str
+    gpus: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
 class BackendConfig:
     name: str
     unit: str
@@ -98,6 +107,10 @@ class BackendConfig:
     # line (the daemon does, and announces them as the D-Bus property Models).
     models: tuple[str, ...] | None = None
     aliases: tuple[str, ...] = ()  # names that reach it through the front door whenever it serves
+    instances: tuple[
+        InstanceConfig, ...
+    ] = ()  # several instances (issue 23); (): the backend is its one unit
+    min_ready: int | None = None  # instances that must pass health and warm-up to serve; None: all
 
 
 #: What the shipped example listens on: the ports the example backends had, so clients keep working.
@@ -147,7 +160,7 @@ class Config:
 
     def backend_for_unit(self, unit: str) -> str | None:
         for b in self.backends.values():
-            if b.unit == unit:
+            if b.unit == unit or any(i.unit == unit for i in b.instances):
                 return b.name
         return None
 
