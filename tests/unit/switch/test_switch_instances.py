@@ -131,3 +131,21 @@ def test_switch_an_instance_unit_not_loaded_is_refused(two: Any) -> None:
     assert res.outcome == Outcome.REFUSED.value, res
     assert f"unit {N1} of backend night is not-found" in res.message
     assert two.units.is_running("gpushift-day.service")
+
+
+def test_status_names_the_failed_instance_in_text_and_json(make_world: Any) -> None:
+    from gpushift.cli import render_status
+    from gpushift.daemon.wiring import Components, status_report
+
+    world = _with_instances(make_world(), min_ready=1)
+    world.boot("day")
+    world.units.behave(N1, start_job_result="failed")
+    assert world.switch("night").ok
+    st = status_report(Components(world.config, world.ports), {"running": True})
+    assert [(e["unit"], e["outcome"], e["phase"]) for e in st["last_switch"]["instances"]] == [
+        (N0, "ready", None),
+        (N1, "failed", "start"),
+    ]
+    text = render_status(st)
+    assert f"instance: {N0} (GPU 0, port 18081) ready" in text
+    assert f"instance: {N1} (GPU 1, port 18082) FAILED in start: start job of {N1}" in text
