@@ -80,6 +80,8 @@ class WatchSettings:
     unhealthy_after_s: float = 120.0
     defer_while_busy_s: float = 0.0
     idle_s: float = 5.0
+    instances: tuple[str, ...] = ()  # a backend of several instances: their units (issue 23)
+    min_ready: int = 1  # ... and how many of them must run for it to serve
 
 
 #: ``gpushift switch --when-idle`` waits at most this long when the backend sets no limit.
@@ -287,7 +289,7 @@ def _watch(
         fields = {"backend": inc.backend, "outcome": inc.outcome.value, "detail": inc.detail}
         actions += [Log("warning", f"backend_{inc.outcome.value}", fields), RecordIncident(inc)]
         if not inc.serving_again:
-            wedged = inc.outcome is Outcome.UNHEALTHY
+            wedged = inc.outcome is Outcome.UNHEALTHY or inc.restart  # restart: some instances still run
             relaunch = Relaunch(inc.backend, s.now, inc.detail, restart=wedged)
             if not wedged:
                 actions.append(Adopt(OFF, force=True))  # it is gone: what serves now is nothing

@@ -45,7 +45,7 @@ from gpushift.keeper.decide import (
 )
 from gpushift.keeper.override import Override, OverrideStore
 from gpushift.keeper.served import Served, next_served
-from gpushift.keeper.watch import Observation, Seen, observe
+from gpushift.keeper.watch import Observation, Seen, observe, observe_instances
 from gpushift.schedule import Schedule
 from gpushift.switch import Event, SwitchRun
 from gpushift.values import OFF, Caller, EventKind, Mode, Outcome, OverrideSource, Trigger, UnitState
@@ -80,7 +80,17 @@ class SwitchControl(Protocol):
 
     def note_relaunch(self, backend: str, detail: str) -> None: ...
 
-    def record_incident(self, outcome: Outcome, backend: str, detail: str, exit: str) -> None: ...
+    def record_incident(
+        self,
+        outcome: Outcome,
+        backend: str,
+        detail: str,
+        exit: str,
+        unit: str | None = None,
+        serving: bool = False,
+    ) -> None: ...
+
+    def instance_states(self, backend: str) -> dict[str, UnitState]: ...
 
     def add_listener(self, listener: Callable[[Event], None]) -> None: ...
 
@@ -141,6 +151,7 @@ class Keeper:
         self.watch = watch
         self.settings: dict[str, WatchSettings] = dict(settings or {})
         self.seen: Seen | None = None
+        self.seen_instances: dict[str, Seen] = {}  # a backend of several: each instance, by unit
         self.relaunch: Relaunch | None = None
         self.deferral: Deferral | None = None
         self.override: Override | None = store.load()
@@ -279,9 +290,17 @@ class Keeper:
         st = states.get(established) if established is not None else None
         if st is not None and established is not None:
             w = self.settings.get(established, WatchSettings())
-            foreign = self.watch.foreign_job(st.name) if self.watch is not None else None
-            unhealthy = self.watch.unhealthy_for(established) if self.watch is not None else None
-            obs = observe(established, st, self.seen, foreign, unhealthy, w.unhealthy_after_s)
+            if w.instances:  # a backend of several: each instance watched (watch.observe_instances)
+                jobs = self.watch.foreign_job if self.watch is not None else None
+                now, seen = self.switcher.instance_states(established), self.seen_instances
+                inc, self.seen_instances = observe_instances(
+                    established, now, seen, jobs, w.min_ready, w.unhealthy_after_s
+                )
+                obs = Observation(incident=inc)
+            else:
+                foreign = self.watch.foreign_job(st.name) if self.watch is not None else None
+                unhealthy = self.watch.unhealthy_for(established) if self.watch is not None else None
+                obs = observe(established, st, self.seen, foreign, unhealthy, w.unhealthy_after_s)
         self.seen = obs.seen
         in_flight, idle_for = None, None
         actual = tuple(n for n, u in states.items() if u.running and not u.exited)
@@ -309,7 +328,8 @@ class Keeper:
             self.switcher.note_relaunch(a.backend, a.detail)
         elif isinstance(a, RecordIncident):
             i = a.incident
-            self.switcher.record_incident(i.outcome, i.backend, i.detail, i.exit)
+            of: dict[str, Any] = {"unit": i.unit, "serving": i.serving_again} if i.unit else {}
+            self.switcher.record_incident(i.outcome, i.backend, i.detail, i.exit, **of)
         elif isinstance(a, Log):
             (self._warn if a.level == "warning" else self._info)(a.event, **a.fields)
         elif isinstance(a, Switch):

@@ -141,6 +141,8 @@ class FailurePolicy:
             rec.message = f"{f.message}; rollback to {previous} impossible: {f2.message}; nothing is serving"
             rollback["error"] = f2.message
             if group.any_running(steps, prev):
+                # (From the phase the rollback failed in, a stop goes through rollback again.)
+                steps.report(run, Phase.ROLLBACK, f"stopping {', '.join(units_of(prev))}")
                 try:
                     group.stop(steps, run, config, prev)
                 except StepFailed as f3:

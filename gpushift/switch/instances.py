@@ -78,6 +78,19 @@ def running(units: UnitControl, config: Config, states: Mapping[str, UnitState])
     }
 
 
+def representative(units: UnitControl, b: BackendConfig) -> UnitState:
+    """``b``'s unit as systemd reports it now; for a backend of several instances, the first
+    instance that runs (else the first one): what runs is the backend while any instance runs."""
+    first = units.state(b.unit)
+    if first.running:
+        return first
+    for i in b.instances[1:]:
+        st = units.state(i.unit)
+        if st.running:
+            return st
+    return first
+
+
 def any_running(steps: Steps, b: BackendConfig) -> bool:
     """Whether systemd reports any unit of ``b`` as running right now."""
     return any(steps.ports.units.state(u).running for u in units_of(b))

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpushift.config.instances import units_of
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError, NothingToCancel, SwitchFailed, SwitchInProgress, UnknownBackend
 from gpushift.host.nulllog import NULL_LOG
@@ -111,7 +112,12 @@ class Switcher:
     def unit_states(self, config: Config | None = None) -> dict[str, UnitState]:
         """Each configured backend's unit as systemd reports it right now, in config order."""
         cfg = config or self.config
-        return {name: self.ports.units.state(b.unit) for name, b in cfg.backends.items()}
+        return {name: group.representative(self.ports.units, b) for name, b in cfg.backends.items()}
+
+    def instance_states(self, backend: str) -> dict[str, UnitState]:
+        """Each instance's unit of ``backend`` as systemd reports it right now (a backend of one
+        unit: that unit)."""
+        return {u: self.ports.units.state(u) for u in units_of(self.config.backends[backend])}
 
     def running_backends(self, config: Config | None = None) -> list[str]:
         """Configured backends whose unit systemd reports as running right now, in config order."""
@@ -173,9 +179,18 @@ class Switcher:
         """Record a relaunch of the serving backend outside gpushift (its launch as it runs now)."""
         records.relaunch(self.ports, self.config, self.version, backend, detail)
 
-    def record_incident(self, outcome: Outcome, backend: str, detail: str, exit: str) -> None:
-        """Record that the serving backend crashed or wedged (the keeper decides what follows)."""
-        records.incident(self.ports, self.config, self.version, outcome, backend, detail, exit)
+    def record_incident(
+        self,
+        outcome: Outcome,
+        backend: str,
+        detail: str,
+        exit: str,
+        unit: str | None = None,
+        serving: bool = False,
+    ) -> None:
+        """Record that the serving backend (``unit``: one of its instances) crashed or wedged (the
+        keeper decides what follows)."""
+        records.incident(self.ports, self.config, self.version, outcome, backend, detail, exit, unit, serving)
 
     def request(
         self,

@@ -77,6 +77,7 @@ LAYOUT = {
     "/etc/gpushift/schedule": 0o644,
     "/etc/systemd/system/gpushift-vllm.service": 0o644,
     "/etc/systemd/system/gpushift-llama.service": 0o644,
+    "/etc/systemd/system/gpushift-llama@.service": 0o644,  # one llama-server per GPU (issue 23)
 }
 MANIFEST = f"{PREFIX}/share/gpushift/manifest"
 CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
