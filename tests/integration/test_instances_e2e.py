@@ -8,6 +8,8 @@ and ``gs-night1.service`` on GPU 1, each with its own port, named in ``instances
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +147,23 @@ def test_instances_one_failing_with_min_ready_1_serves_and_the_failure_is_named(
     assert named == {N0: "ready", N1: "failed"}
     text = env.cli("status", check=True).stdout
     assert f"instance: {N1} (GPU 1, port {env.backends['night1'].port}) FAILED" in text, text
+
+
+def test_instances_a_crash_between_switches_is_a_row_and_the_others_serve_on(night: Any) -> None:
+    env = night(min_ready=1)
+    env.cli("switch", "night", "--reason", "evening", check=True)
+    pid = env.main_pid(N1)
+    assert pid > 0
+    os.kill(pid, signal.SIGKILL)  # instance 1 dies by itself between switches
+
+    def crash_row() -> dict[str, Any] | None:
+        rows = [r for r in env.ledger() if r["outcome"] == "crashed"]
+        return rows[0] if rows else None
+
+    env.wait_for(lambda: crash_row() is not None, 60, "the crash row of instance 1")
+    row = env.ledger_row(crash_row()["id"])  # type: ignore[index]
+    assert row["unit"] == N1 and row["to"] == "night", row
+    assert row["extra"]["incident"]["unit"] == N1 and row["extra"]["incident"]["serving"] is True
+    assert env.active_state(N0) == "active"
+    st = env.status()
+    assert st["active"] == "night", st["active"]
