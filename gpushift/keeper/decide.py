@@ -112,6 +112,7 @@ class Relaunch:
     since: datetime  # when it was noticed (the attempts' key, like a boundary's fire time)
     why: str
     restart: bool  # it still runs (wedged): stop it and start it again
+    converge: bool = False  # it serves on its other instances: start those that are down (issue 23)
 
 
 @dataclass(frozen=True)
@@ -290,8 +291,8 @@ def _watch(
         actions += [Log("warning", f"backend_{inc.outcome.value}", fields), RecordIncident(inc)]
         if not inc.serving_again:
             wedged = inc.outcome is Outcome.UNHEALTHY or inc.restart  # restart: some instances still run
-            relaunch = Relaunch(inc.backend, s.now, inc.detail, restart=wedged)
-            if not wedged:
+            relaunch = Relaunch(inc.backend, s.now, inc.detail, restart=wedged, converge=inc.converge)
+            if not wedged and not inc.converge:
                 actions.append(Adopt(OFF, force=True))  # it is gone: what serves now is nothing
         return ov, relaunch
     if s.relaunched is not None and actual == est:
@@ -424,7 +425,8 @@ def decide(s: Snapshot) -> Decision:
     wants, key, why = wanted
     bringing_back = relaunch is not None and relaunch.backend == wants
     restart = bringing_back and relaunch is not None and relaunch.restart and actual == wants
-    if wants == actual and not restart:
+    converge = bringing_back and relaunch is not None and relaunch.converge and actual == wants
+    if wants == actual and not restart and not converge:
         if ov is not None:
             until = f" until {ov.until.isoformat()}" if ov.until else ""
             summary = f"{ov.mode}{until}: keeping {actual}"
@@ -457,8 +459,9 @@ def decide(s: Snapshot) -> Decision:
         return replace(wait, actions=tuple(actions))
     trigger = Trigger.RECOVERY if bringing_back else s.trigger
     reason = f"relaunch: {relaunch.why}" if bringing_back and relaunch is not None else why
+    verify = restart or converge  # converge: start what is down of it (issue 23), the rest serves on
     actions.append(
-        Switch(wants, reason, trigger, actual, relaunch=restart, details=details, verify_running=restart)
+        Switch(wants, reason, trigger, actual, relaunch=restart, details=details, verify_running=verify)
     )
     verb = "relaunching" if restart else "switching"
     return Decision(tuple(actions), f"{verb} {actual} -> {wants}", a, blocked, relaunch)

@@ -328,7 +328,7 @@ class Keeper:
             self.switcher.note_relaunch(a.backend, a.detail)
         elif isinstance(a, RecordIncident):
             i = a.incident
-            of: dict[str, Any] = {"unit": i.unit, "serving": i.serving_again} if i.unit else {}
+            of: dict[str, Any] = {"unit": i.unit, "serving": i.converge} if i.unit else {}
             self.switcher.record_incident(i.outcome, i.backend, i.detail, i.exit, **of)
         elif isinstance(a, Log):
             (self._warn if a.level == "warning" else self._info)(a.event, **a.fields)

@@ -50,6 +50,7 @@ class Incident:
     serving_again: bool = False  # systemd's Restart= already brought it back (or its other instances serve)
     unit: str = ""  # a backend of several instances: the instance's unit this happened to
     restart: bool = False  # relaunch through the whole gate, stopping what still runs of it first
+    converge: bool = False  # it serves on its other instances: start the ones that are down (issue 23)
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,10 @@ def observe_instances(
 
     An instance not seen running since the switch (it failed there, and that row says so) is not
     a crash.  While ``needed`` (``min_ready``) instances still run, the backend serves: the
-    incident says so (``serving_again``) and nothing is relaunched; with fewer, the backend is
-    relaunched through the whole gate (``restart``: what still runs of it is stopped first), or,
-    with none left, started again as after any crash.
+    instances that are down are started again, each after the gate saw its GPUs free, the others
+    untouched (``converge``); with fewer, the backend is relaunched through the whole gate
+    (``restart``: what still runs of it is stopped first), or, with none left, started again as
+    after any crash.
     """
     now: dict[str, Seen] = {}
     crashed: list[Incident] = []
@@ -142,6 +144,4 @@ def observe_instances(
     first = crashed[0]
     detail = f"{first.detail}; {serving} of {len(states)} instances of {backend} run ({needed} needed)"
     enough = serving >= needed
-    return replace(
-        first, detail=detail, serving_again=first.serving_again or enough, restart=0 < serving < needed
-    ), now
+    return replace(first, detail=detail, restart=0 < serving < needed, converge=enough), now

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from gpushift.config.instances import needed, port_of, units_of, view
+from gpushift.config.instances import joined_gpus, needed, port_of, units_of, view
 from gpushift.config.schema import BackendConfig, Config
 from gpushift.config.types import InstanceConfig
 from gpushift.errors import GpushiftError
@@ -122,9 +122,10 @@ def start(
     into: dict[str, Any],
     launch: bool = True,
 ) -> UnitState:
-    """Start ``b`` (``launch`` False: it runs already, only prove it answers) and wait until it
-    answers; returns the unit of its first ready instance as read with its 200.  The instances'
-    entries go into ``into[KEY]``."""
+    """Start ``b`` (``launch`` False: it runs already, only prove it answers — and start those of
+    its instances that do not run, each after the gate saw its own GPUs free: one that crashed
+    while the others served) and wait until it answers; returns the unit of its first ready
+    instance as read with its 200.  The instances' entries go into ``into[KEY]``."""
     if not b.instances:
         if not launch:
             return steps.wait_ready(run, config, b, durations)
@@ -133,10 +134,11 @@ def start(
     views = [view(b, i) for i in b.instances]
     entries = [_entry(i) for i in b.instances]
     into[KEY] = entries
-    if launch:
+    down = range(len(views)) if launch else _relaunch_gate(steps, run, config, b, into)
+    if down:
         t0 = clock.monotonic()
-        jobs = [_bind(steps.start_job, run, v, e["durations_s"]) for v, e in zip(views, entries, strict=True)]
-        _settle(steps, config, b, entries, parallel(jobs, f"start-{run.ticket}"), range(len(views)))
+        jobs = [_bind(steps.start_job, run, views[n], entries[n]["durations_s"]) for n in down]
+        _settle(steps, config, b, entries, parallel(jobs, f"start-{run.ticket}"), down)
         durations["start"] = round(clock.monotonic() - t0, 3)
         _enough(steps, config, b, entries, Phase.START)
     t0 = clock.monotonic()
@@ -151,6 +153,23 @@ def start(
         entries[n].update(outcome=READY, main_pid=st.main_pid, argv=argv or list(st.exec_start))
     _enough(steps, config, b, entries, Phase.READY)
     return states[min(states)]
+
+
+def _relaunch_gate(
+    steps: Steps, run: SwitchRun, config: Config, b: BackendConfig, into: dict[str, Any]
+) -> list[int]:
+    """The instances of a running ``b`` that do not run (by index), once the gate saw their GPUs
+    free (every GPU when one of them names none); recorded as ``into["relaunched"]``."""
+    down = [n for n, i in enumerate(b.instances) if not steps.ports.units.state(i.unit).running]
+    if not down:
+        return down
+    units = [b.instances[n].unit for n in down]
+    into["relaunched"] = units
+    gpus = joined_gpus(tuple(b.instances[n] for n in down))
+    steps.wait_released(
+        run, config, gpus if gpus is not None else steps.all_gpus(), f"for {', '.join(units)}"
+    )
+    return down
 
 
 def warm_up(

@@ -149,7 +149,7 @@ def test_instances_one_failing_with_min_ready_1_serves_and_the_failure_is_named(
     assert f"instance: {N1} (GPU 1, port {env.backends['night1'].port}) FAILED" in text, text
 
 
-def test_instances_a_crash_between_switches_is_a_row_and_the_others_serve_on(night: Any) -> None:
+def test_instances_a_crash_between_switches_is_a_row_and_only_that_instance_is_relaunched(night: Any) -> None:
     env = night(min_ready=1)
     env.cli("switch", "night", "--reason", "evening", check=True)
     pid = env.main_pid(N1)
@@ -165,5 +165,12 @@ def test_instances_a_crash_between_switches_is_a_row_and_the_others_serve_on(nig
     assert row["unit"] == N1 and row["to"] == "night", row
     assert row["extra"]["incident"]["unit"] == N1 and row["extra"]["incident"]["serving"] is True
     assert env.active_state(N0) == "active"
+    n0_pid = env.main_pid(N0)
+    # and instance 1 alone is started again (after the gate saw its GPU free); instance 0 serves on
+    env.wait_for(lambda: env.active_state(N1) == "active", 60, "instance 1 relaunched")
+    env.wait_for(lambda: env.ledger()[0]["trigger"] == "recovery", 60, "the relaunch's row")
+    again = env.ledger_row(env.ledger()[0]["id"])
+    assert again["outcome"] == "ok" and again["extra"]["relaunched"] == [N1], again
+    assert env.main_pid(N0) == n0_pid
     st = env.status()
     assert st["active"] == "night", st["active"]

@@ -41,23 +41,30 @@ def _rows(world: Any) -> list[Any]:
     return [world.ledger.rows[i] for i in sorted(world.ledger.rows)]
 
 
-def test_keeper_an_instance_crash_is_its_own_row_and_the_others_serve_on(make_world: Any) -> None:
+def test_keeper_an_instance_crash_is_its_own_row_and_only_it_is_relaunched(make_world: Any) -> None:
     world, keeper = _serving(make_world, min_ready=1)
     before = len(_rows(world))
+    n0_pid = world.units.units[N0].main_pid
     _crash(world, N1)
     keeper.tick()
     assert world.switcher.wait(20)
     rows = _rows(world)[before:]
-    assert [(r.trigger, r.outcome) for r in rows] == [("watch", Outcome.CRASHED.value)]
+    assert [(r.trigger, r.outcome) for r in rows] == [("watch", "crashed"), ("recovery", "ok")], rows
     row = rows[0]
     assert row.unit == N1 and row.to_backend == "night"  # it still serves
     assert row.extra["incident"]["unit"] == N1 and row.extra["incident"]["serving"] is True
     assert row.extra["evidence"]["unit"] == N1
     assert "1 of 2 instances of night run (1 needed)" in (row.message or "")
-    assert world.units.is_running(N0)
-    keeper.tick()  # the same crash is not recorded twice
+    # the relaunch started the crashed instance alone, after the gate saw its GPU free
+    relaunch = rows[1]
+    assert relaunch.extra["relaunched"] == [N1]
+    assert [e["outcome"] for e in relaunch.extra["instances"]] == ["ready", "ready"]
+    assert world.units.is_running(N0) and world.units.is_running(N1)
+    assert world.units.units[N0].main_pid == n0_pid  # the serving instance was not touched
+    assert [u for v, u in world.units.calls if v == "stop"][-1:] != [N0]
+    keeper.tick()  # nothing more to do
     assert world.switcher.wait(20)
-    assert len(_rows(world)) == before + 1
+    assert len(_rows(world)) == before + 2
 
 
 def test_keeper_fewer_than_min_ready_running_relaunches_the_backend_through_the_gate(make_world: Any) -> None:
