@@ -97,6 +97,20 @@ def view(b: BackendConfig, i: InstanceConfig) -> BackendConfig:
     )
 
 
+def view_of_unit(b: BackendConfig, unit: str | None) -> BackendConfig:
+    """The one-unit view of ``b``'s instance whose unit is ``unit`` (``b`` itself when none is)."""
+    return next((view(b, i) for i in b.instances if i.unit == unit), b)
+
+
+def pick(b: BackendConfig, states: Mapping[str, Any]) -> str:
+    """The unit that stands for ``b`` given its units' states (by unit): the first instance that
+    runs, else the first one (``states``' values: states with ``running``, or errors)."""
+    for u in units_of(b):
+        if getattr(states.get(u), "running", False):
+            return u
+    return b.unit
+
+
 def port_of(url: str) -> int | None:
     """The port a URL names (its scheme's default when it names none); None if unreadable."""
     try:

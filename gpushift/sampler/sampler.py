@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpushift.config.instances import pick, units_of, view_of_unit
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError
 from gpushift.host.nulllog import NULL_LOG
@@ -165,7 +166,7 @@ class Sampler:
         t0 = time.monotonic()
         period = self.period_s
         cfg = self._config
-        units = {name: b.unit for name, b in cfg.backends.items()}
+        units = {name: units_of(b) for name, b in cfg.backends.items()}  # every instance's (issue 23)
         units_read = threading.Event()  # set by this cycle's units lane when its figures are stored
         first = self._launch({UNITS: _bind(self._read_units, units, units_read)})
         units_by = t0 + _UNITS_BY * period
@@ -183,10 +184,11 @@ class Sampler:
             st = figures.get(f"unit:{name}")
             if st is not None and st.value is not None and st.value.running:
                 # Checked against the unit's cgroup: another process on its port is not its health.
+                v = view_of_unit(b, st.value.name)  # the instance that stands for it (issue 23)
                 jobs[f"health:{name}"] = _bind(
-                    self._probe.health, b.health_url, timeout, st.value.control_group
+                    self._probe.health, v.health_url, timeout, st.value.control_group
                 )
-                jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, b, st.value.control_group)
+                jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, v, st.value.control_group)
         if self._frontdoor is not None:
             jobs[FRONTDOOR] = self._frontdoor_status
         second = self._launch(jobs)
@@ -228,25 +230,29 @@ class Sampler:
             raise GpushiftError(fd.last_error("status") or "the front door did not answer")
         return doc
 
-    def _read_units(self, units: Mapping[str, str], done: threading.Event | None = None) -> None:
+    def _read_units(self, units: Mapping[str, tuple[str, ...]], done: threading.Event | None = None) -> None:
         try:
             self._read_units_now(units)
         finally:
             if done is not None:
                 done.set()
 
-    def _read_units_now(self, units: Mapping[str, str]) -> None:
+    def _read_units_now(self, units: Mapping[str, tuple[str, ...]]) -> None:
         """Every backend unit's state in one read (one lane: systemd answers for all of them or
-        hangs for all of them); each backend's figure, and its error, is its own."""
+        hangs for all of them); each backend's figure, and its error, is its own.  A backend of
+        several instances stands for the first of them that runs (config/instances.py ``pick``)."""
         error = None
         try:
-            by_unit = self._units.states(list(dict.fromkeys(units.values())))
+            by_unit = self._units.states(list(dict.fromkeys(u for us in units.values() for u in us)))
         except GpushiftError as e:
             by_unit, error = {}, str(e)
         except Exception as e:  # an adapter's bug: those figures' error, never the thread's end
             by_unit, error = {}, f"{type(e).__name__}: {e}"
         at = self._clock.monotonic()
-        for name, unit in units.items():
+        cfg = self._config
+        for name, unit in (
+            (n, pick(cfg.backends[n], by_unit) if n in cfg.backends else us[0]) for n, us in units.items()
+        ):
             got = by_unit.get(unit)
             if isinstance(got, UnitState):
                 self._store(f"unit:{name}", Figure(got, at))
@@ -337,7 +343,7 @@ class Sampler:
                 backends.append(
                     BackendSample(
                         name=name,
-                        unit=b.unit,
+                        unit=st.value.name if st is not None and st.value is not None else b.unit,
                         kind=str(b.kind),
                         gpus=b.gpus,
                         state=st,

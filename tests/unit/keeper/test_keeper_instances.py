@@ -10,7 +10,6 @@ from gpushift_unit_fakes import MemoryOverrideStore  # loaded by tests/unit/conf
 
 from gpushift.daemon.settings import watch_settings
 from gpushift.keeper import Keeper
-from gpushift.values import Outcome
 from tests.support.instances import N0, N1, with_instances
 
 

@@ -125,3 +125,17 @@ def test_status_names_the_failed_instance_in_text_and_json(make_world: Any) -> N
     text = render_status(st)
     assert f"instance: {N0} (GPU 0, port 18081) ready" in text
     assert f"instance: {N1} (GPU 1, port 18082) FAILED in start: start job of {N1}" in text
+
+
+def test_status_a_backend_whose_first_instance_failed_serves_on_the_second(make_world: Any) -> None:
+    from gpushift.daemon.wiring import Components, status_report
+
+    world = _with_instances(make_world(), min_ready=1)
+    world.boot("day")
+    world.units.behave(N0, start_job_result="failed")
+    assert world.switch("night").ok
+    st = status_report(Components(world.config, world.ports), {"running": True})
+    assert st["active"] == "night", (st["active"], st.get("active_reason"))
+    night = st["backends"]["night"]
+    assert night["unit"] == N1 and night["active_state"] == "active"
+    assert night["health"]["ok"] is True, night["health"]
