@@ -29,6 +29,7 @@ from prometheus_client import Counter, Histogram, disable_created_metrics
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpushift.config.instances import units_of
 from gpushift.config.schema import Config
 from gpushift.ledger.view import LedgerView
 from gpushift.sampler.sample import Sample, verdict
@@ -175,7 +176,7 @@ class StateCollector(Collector):
         f = sample.gpus
         readings = f.known(now, sample.period_s) if f is not None else None
         uuids = self._uuids()
-        own = {b.unit for b in config.backends.values()}
+        own = {u for b in config.backends.values() for u in units_of(b)}  # every instance's (issue 23)
         for r in readings or ():
             if r.error is not None or r.used_mib is None:
                 continue
