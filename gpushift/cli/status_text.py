@@ -236,6 +236,11 @@ def _backend_lines(backends: dict[str, Any], paint: Paint, no_systemd: bool = Fa
             f"  {name:<10} {known(b.get('unit')):<28} {states} {pid:<10} "
             + _health_text(b.get("health"), b.get("in_flight"), paint)
         )
+        for i in b.get("instances") or []:  # a backend of several (issue 23): each instance's unit
+            if isinstance(i, dict):
+                ipid = f"pid {i['main_pid']}" if i.get("main_pid") else ""
+                state = f"{known(i.get('active_state'))}/{known(i.get('sub_state'))}"
+                lines.append(f"    instance {known(i.get('unit')):<28} {state:<18} {ipid}".rstrip())
     return lines
 
 

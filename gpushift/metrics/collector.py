@@ -141,6 +141,12 @@ class StateCollector(Collector):
             "1 when systemd reports the backend's unit active (left out while unknown)",
             labels=["backend"],
         )
+        instance = GaugeMetricFamily(
+            "gpushift_backend_instance_unit_active",
+            "A backend of several instances: 1 when systemd reports the instance's unit active (left out "
+            "while unknown)",
+            labels=["backend", "unit"],
+        )
         period = sample.period_s
         for name in config.backends:
             active.add_metric([name], 1.0 if v.active == name else 0.0)
@@ -151,8 +157,12 @@ class StateCollector(Collector):
             st = b.state.known(now, period) if b is not None and b.state is not None else None
             if st is not None:
                 unit.add_metric([name], 1.0 if st.active_state == "active" else 0.0)
+            for u, f in b.instances if b is not None else ():
+                ist = f.known(now, period) if f is not None else None
+                if ist is not None:
+                    instance.add_metric([name, u], 1.0 if ist.active_state == "active" else 0.0)
         active.add_metric([OFF], 1.0 if v.active == OFF else 0.0)
-        yield from (active, up, unit)
+        yield from (active, up, unit, instance)
 
     def _gpus(self, config: Config, sample: Sample, now: float) -> Iterable[Metric]:
         labels = ["gpu", "uuid"]

@@ -253,12 +253,14 @@ class Sampler:
         for name, unit in (
             (n, pick(cfg.backends[n], by_unit) if n in cfg.backends else us[0]) for n, us in units.items()
         ):
-            got = by_unit.get(unit)
-            if isinstance(got, UnitState):
-                self._store(f"unit:{name}", Figure(got, at))
-            else:
-                why = str(got) if got is not None else error or f"systemd did not answer for {unit}"
-                self._store(f"unit:{name}", Figure(None, at, why))
+            several = units[name] if len(units[name]) > 1 else ()  # each instance's own figure too
+            for key, u in ((f"unit:{name}", unit), *((f"instance:{u}", u) for u in several)):
+                got = by_unit.get(u)
+                if isinstance(got, UnitState):
+                    self._store(key, Figure(got, at))
+                else:
+                    why = str(got) if got is not None else error or f"systemd did not answer for {u}"
+                    self._store(key, Figure(None, at, why))
 
     def _read_gpus(self, units_read: threading.Event | None, units_by: float) -> None:
         """The GPUs' memory; their holders from this read when they may have changed, else carried
@@ -351,6 +353,9 @@ class Sampler:
                         in_flight=in_flight,
                         unhealthy_since=unhealthy_since(prev.backend(name), st, health, now, period),
                         idle_since=idle_since(prev.backend(name), in_flight, now, period),
+                        instances=tuple(
+                            (u, self._figures.get(f"instance:{u}")) for u in units_of(b) if b.instances
+                        ),
                     )
                 )
             gpus = self._figures.get(GPU)

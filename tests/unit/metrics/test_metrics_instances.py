@@ -22,3 +22,26 @@ def test_metrics_count_every_instance_s_memory_as_the_backend_s_not_foreign(make
     assert m["gpushift_gpu_memory_used_bytes"] == {gpu(0): 6800 * MIB, gpu(1): 6800 * MIB}
     assert m["gpushift_vram_held_by_foreign_process"] == {gpu(0): 0, gpu(1): 0}
     assert m["gpushift_vram_foreign_used_bytes"] == {gpu(0): 0, gpu(1): 0}
+
+
+def test_metrics_and_status_show_each_instance_s_unit(make_world: Any) -> None:
+    from gpushift.cli import render_status
+    from gpushift.daemon.wiring import Components, status_report
+    from tests.support.instances import N0, N1
+
+    world = with_instances(make_world(), min_ready=1)
+    world.boot("day")
+    world.units.behave(N1, start_job_result="failed")
+    assert world.switch("night").ok
+    scrape = Scrape(world)
+    scrape.sampler.sample_once()
+    m = scrape()
+    series = m["gpushift_backend_instance_unit_active"]
+    assert {dict(k)["unit"]: v for k, v in series.items()} == {N0: 1.0, N1: 0.0}
+    assert {dict(k)["backend"] for k in series} == {"night"}
+    st = status_report(Components(world.config, world.ports), {"running": True})
+    entries = st["backends"]["night"]["instances"]
+    assert [(e["unit"], e["active_state"]) for e in entries] == [(N0, "active"), (N1, "failed")]
+    assert "instances" not in st["backends"]["day"]
+    text = render_status(st)
+    assert f"    instance {N0}" in text and "failed/failed" in text, text
