@@ -139,3 +139,14 @@ def test_status_a_backend_whose_first_instance_failed_serves_on_the_second(make_
     night = st["backends"]["night"]
     assert night["unit"] == N1 and night["active_state"] == "active"
     assert night["health"]["ok"] is True, night["health"]
+
+
+def test_switch_away_from_instances_drains_every_instance(two: Any) -> None:
+    assert two.switch("night").ok
+    two.probe.set_in_flight("night", 3, step=0)  # each instance answers 3 and never finishes them
+    polls = len(two.probe.in_flight_polls)
+    res = two.switch("day")
+    assert res.ok, res
+    drain = two.record(res).extra["drain"][0]
+    assert (drain["in_flight_at_start"], drain["in_flight_at_stop"], drain["timed_out"]) == (6, 6, True)
+    assert (len(two.probe.in_flight_polls) - polls) % 2 == 0  # both instances at every poll
