@@ -147,6 +147,12 @@ class StateCollector(Collector):
             "while unknown)",
             labels=["backend", "unit"],
         )
+        instance_up = GaugeMetricFamily(
+            "gpushift_backend_instance_up",
+            "A backend of several instances: 1 when the instance's health URL answered OK within the last "
+            "two sampling periods, 0 when not (left out while its unit does not run)",
+            labels=["backend", "unit"],
+        )
         period = sample.period_s
         for name in config.backends:
             active.add_metric([name], 1.0 if v.active == name else 0.0)
@@ -161,8 +167,11 @@ class StateCollector(Collector):
                 ist = f.known(now, period) if f is not None else None
                 if ist is not None:
                     instance.add_metric([name, u], 1.0 if ist.active_state == "active" else 0.0)
+            for u, h in b.instance_health if b is not None else ():
+                hv = h.known(now, period)
+                instance_up.add_metric([name, u], 1.0 if hv is not None and hv.ok else 0.0)
         active.add_metric([OFF], 1.0 if v.active == OFF else 0.0)
-        yield from (active, up, unit, instance)
+        yield from (active, up, unit, instance, instance_up)
 
     def _gpus(self, config: Config, sample: Sample, now: float) -> Iterable[Metric]:
         labels = ["gpu", "uuid"]

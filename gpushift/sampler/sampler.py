@@ -30,7 +30,7 @@ from gpushift.errors import GpushiftError
 from gpushift.host.nulllog import NULL_LOG
 from gpushift.ports import BackendProbe, Clock, FrontDoorPort, GpuProbe, Ports, UnitControl
 from gpushift.sampler.sample import BackendSample, Figure, Sample, larger_in_flight
-from gpushift.values import GpuReading, UnitState
+from gpushift.values import GpuReading, Health, UnitState
 
 #: Parts of the period a cycle waits for its lanes: unit states first, then everything.
 _UNITS_BY = 0.4
@@ -189,6 +189,12 @@ class Sampler:
                     self._probe.health, v.health_url, timeout, st.value.control_group
                 )
                 jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, v, st.value.control_group)
+            for i in b.instances:  # each running instance's own health (issue 23)
+                ist = figures.get(f"instance:{i.unit}")
+                if ist is not None and ist.value is not None and ist.value.running:
+                    jobs[f"ihealth:{i.unit}"] = _bind(
+                        self._probe.health, i.health_url, timeout, ist.value.control_group
+                    )
         if self._frontdoor is not None:
             jobs[FRONTDOOR] = self._frontdoor_status
         second = self._launch(jobs)
@@ -261,6 +267,19 @@ class Sampler:
                 else:
                     why = str(got) if got is not None else error or f"systemd did not answer for {u}"
                     self._store(key, Figure(None, at, why))
+
+    def _instance_health(self, b: Any) -> tuple[tuple[str, Figure[Health]], ...]:
+        """Each running instance's health figure (one of an instance that does not run is dropped:
+        it describes a process that is gone).  Called with the figures' lock held."""
+        out = []
+        for i in b.instances:
+            st = self._figures.get(f"instance:{i.unit}")
+            if st is not None and st.value is not None and not st.value.running:
+                self._figures.pop(f"ihealth:{i.unit}", None)
+            h = self._figures.get(f"ihealth:{i.unit}")
+            if h is not None:
+                out.append((i.unit, h))
+        return tuple(out)
 
     def _read_gpus(self, units_read: threading.Event | None, units_by: float) -> None:
         """The GPUs' memory; their holders from this read when they may have changed, else carried
@@ -356,6 +375,7 @@ class Sampler:
                         instances=tuple(
                             (u, self._figures.get(f"instance:{u}")) for u in units_of(b) if b.instances
                         ),
+                        instance_health=self._instance_health(b),
                     )
                 )
             gpus = self._figures.get(GPU)

@@ -323,8 +323,10 @@ def every_exported_name(w: Any) -> set[str]:
     "night" a backend of two instances, whose units have series of their own)."""
     with_instances(w)
     scrape = Scrape(w)
-    w.gpu.add_foreign(0, pid=4242, mib=9318)
-    w.switch("night")
+    assert w.switch("night").ok
+    w.gpu.add_foreign(
+        0, pid=4242, mib=9318
+    )  # after the switch: its preflight would refuse (GPU 0 is night's)
     scrape.sampler.sample_once()
     scrape.next = ("day", 1_790_000_000.0)
     scrape.view = LedgerView(

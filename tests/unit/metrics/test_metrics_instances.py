@@ -41,7 +41,27 @@ def test_metrics_and_status_show_each_instance_s_unit(make_world: Any) -> None:
     assert {dict(k)["backend"] for k in series} == {"night"}
     st = status_report(Components(world.config, world.ports), {"running": True})
     entries = st["backends"]["night"]["instances"]
-    assert [(e["unit"], e["active_state"]) for e in entries] == [(N0, "active"), (N1, "failed")]
+    assert [(e["unit"], e["active_state"], e["health"]) for e in entries] == [
+        (N0, "active", "ok"),
+        (N1, "failed", None),
+    ]
+    assert {dict(k)["unit"]: v for k, v in m["gpushift_backend_instance_up"].items()} == {N0: 1.0}
     assert "instances" not in st["backends"]["day"]
     text = render_status(st)
     assert f"    instance {N0}" in text and "failed/failed" in text, text
+
+
+def test_metrics_and_status_show_an_instance_whose_health_fails(make_world: Any) -> None:
+    from gpushift.daemon.wiring import Components, status_report
+    from tests.support.instances import N0, N1
+
+    world = with_instances(make_world())
+    world.boot("day")
+    assert world.switch("night").ok
+    world.probe.set_health("http://127.0.0.1:18082/health", ok_after=None, before=503)
+    scrape = Scrape(world)
+    scrape.sampler.sample_once()
+    m = scrape()
+    assert {dict(k)["unit"]: v for k, v in m["gpushift_backend_instance_up"].items()} == {N0: 1.0, N1: 0.0}
+    st = status_report(Components(world.config, world.ports), {"running": True})
+    assert [e["health"] for e in st["backends"]["night"]["instances"]] == ["ok", "failing"]
