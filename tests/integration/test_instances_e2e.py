@@ -8,6 +8,7 @@ and ``gs-night1.service`` on GPU 1, each with its own port, named in ``instances
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -174,3 +175,16 @@ def test_instances_a_crash_between_switches_is_a_row_and_only_that_instance_is_r
     assert env.main_pid(N0) == n0_pid
     st = env.status()
     assert st["active"] == "night", st["active"]
+
+
+def test_instances_gpushift_check_refuses_two_instances_on_one_gpu(night: Any) -> None:
+    env = night()
+    r = env.cli("check", "--json")
+    codes = [f["code"] for f in json.loads(r.stdout)["findings"]]
+    assert not [c for c in codes if c.startswith("instance-")], codes
+    shared = env.config_text().replace("gpus = [1] }", "gpus = [0] }", 1)  # instance 1 on GPU 0 too
+    env.write_config(shared)
+    r = env.cli("check", "--json")
+    assert r.returncode == 1, r.stdout
+    found = [f for f in json.loads(r.stdout)["findings"] if f["code"] == "instance-gpu-shared"]
+    assert found and found[0]["backend"] == "night" and "GPU 0" in found[0]["message"], found
