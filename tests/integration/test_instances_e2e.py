@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from gpushift_env import Backend, GpushiftEnv, free_port
 
+from tests.support import busctl as bc
 from tests.support.demo import standin_unit
 
 DAY, N0, N1 = "gs-day.service", "gs-night0.service", "gs-night1.service"
@@ -148,6 +149,12 @@ def test_instances_one_failing_with_min_ready_1_serves_and_the_failure_is_named(
     assert named == {N0: "ready", N1: "failed"}
     text = env.cli("status", check=True).stdout
     assert f"instance: {N1} (GPU 1, port {env.backends['night1'].port}) FAILED" in text, text
+    # the D-Bus property Instances: each instance's unit state and health, as the sampler last saw them
+    bc.require()
+    want = f'a{{sa(sss)}} 1 "night" 2 "{N0}" "active" "ok" "{N1}" "failed" ""'
+    env.wait_for(
+        lambda: bc.get_property(["--user"], "Instances", env=env.sb.env) == want, 30, "the Instances property"
+    )
 
 
 def test_instances_a_crash_between_switches_is_a_row_and_only_that_instance_is_relaunched(night: Any) -> None:
