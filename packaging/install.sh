@@ -11,7 +11,7 @@
 #   vendor files  (the venv, the command link, gpushift.service, the front door's .socket and .service,
 #                  the D-Bus policies, sysusers.d, tmpfiles.d, completions, man page): always replaced,
 #                  always removed by uninstall;
-#   admin files   (/etc/gpushift/{gpushift.toml,schedule}, the example backend units in
+#   admin files   (/etc/gpushift/{gpushift.toml,schedule,llama@N.env}, the example backend units in
 #                  /etc/systemd/system): installed when absent; updated when nobody edited them since
 #                  the last install (their checksum is the one recorded then); an edited one is kept
 #                  and the new version goes beside it as NAME.dist.  Uninstall removes an unedited one.
@@ -250,6 +250,10 @@ do_install() {
 	done
 	admin_file "$SRC/etc/gpushift/gpushift.toml" "$CONFDIR/gpushift.toml"
 	admin_file "$SRC/etc/gpushift/schedule" "$CONFDIR/schedule"
+	local env # the environment files of the template unit's instances (gpushift-llama@N: llama@N.env)
+	for env in "$SRC"/etc/gpushift/*.env; do
+		[ -e "$env" ] && admin_file "$env" "$CONFDIR/$(basename "$env")"
+	done
 	local u
 	for u in $(backend_units); do admin_file "$SRC/units/$u" "$ADMIN_UNITDIR/$u"; done
 

@@ -61,7 +61,32 @@ def values(src: Sources) -> dict[str, Any]:
         "NextServed": by_model(src.next_served(serving), models),
         "Models": models,
         "TimeZone": src.zone(),
+        "Instances": instances(src.sample(), src.monotonic()),
     }
+
+
+def instances(sample: Sample, now: float) -> dict[str, list[tuple[str, str, str]]]:
+    """Per backend of several instances (issue 23): each instance's (unit, ActiveState as last
+    sampled or ``unknown``, health ``ok``/``failing``/``unknown``, ``""`` while its unit does not
+    run).  A backend of one unit is absent."""
+    out: dict[str, list[tuple[str, str, str]]] = {}
+    for b in sample.backends:
+        if not b.instances:
+            continue
+        health = dict(b.instance_health)
+        rows = []
+        for unit, f in b.instances:
+            st = f.known(now, sample.period_s) if f is not None else None
+            h = health.get(unit)
+            if h is None:
+                word = ""
+            elif h.stale(now, sample.period_s):
+                word = "unknown"
+            else:
+                word = "ok" if h.value is not None and h.error is None and h.value.ok else "failing"
+            rows.append((unit, st.active_state if st is not None else "unknown", word))
+        out[b.name] = rows
+    return out
 
 
 def by_model(per_backend: Mapping[str, int], models: Mapping[str, Sequence[str]]) -> dict[str, int]:

@@ -103,6 +103,7 @@ PROPERTY_DEFAULTS: dict[str, Any] = {
     "NextServed": {},
     "Models": {},
     "TimeZone": "",
+    "Instances": {},
 }
 
 
@@ -148,6 +149,7 @@ class SwitcherService:
     NextServed = _property("NextServed")
     Models = _property("Models")
     TimeZone = _property("TimeZone")
+    Instances = _property("Instances")
 
     def __init__(self, bus: Any, backend: Backend, allowed_group: str = "gpushift") -> None:
         self._bus = bus

@@ -236,6 +236,11 @@ def _backend_lines(backends: dict[str, Any], paint: Paint, no_systemd: bool = Fa
             f"  {name:<10} {known(b.get('unit')):<28} {states} {pid:<10} "
             + _health_text(b.get("health"), b.get("in_flight"), paint)
         )
+        for i in b.get("instances") or []:  # a backend of several (issue 23): each instance's unit
+            if isinstance(i, dict):
+                ipid = f"pid {i['main_pid']}" if i.get("main_pid") else ""
+                state = f"{known(i.get('active_state'))}/{known(i.get('sub_state'))}"
+                lines.append(f"    instance {known(i.get('unit')):<28} {state:<18} {ipid}".rstrip())
     return lines
 
 
@@ -292,9 +297,27 @@ def _last_switch_lines(s: dict[str, Any], paint: Paint) -> list[str]:
         f"({known(last.get('trigger'))} by {known(last.get('requested_by'))})"
         + (f": {last['message']}" if last.get("message") and last.get("outcome") != "ok" else "")
     )
+    lines.extend(_instance_lines(last.get("instances")))
     w = last.get("warmup") or {}
     if w.get("ok") and all(isinstance(w.get(k), (int, float)) for k in ("ttft_s", "total_s")):
         lines.append(f"warm-up:  first token {w['ttft_s']:.2f}s, answered in {w['total_s']:.2f}s")
+    return lines
+
+
+def _instance_lines(instances: Any) -> list[str]:
+    """The last switch's instances (a backend of several): each one's outcome, a failed one's why."""
+    lines = []
+    for e in instances if isinstance(instances, list) else []:
+        if not isinstance(e, dict):
+            continue
+        gpus = e.get("gpus")
+        gpus_text = ",".join(map(known, gpus)) if isinstance(gpus, list) else known(gpus)
+        outcome = known(e.get("outcome"))
+        why = f" in {known(e.get('phase'))}: {known(e.get('error'))}" if outcome == "failed" else ""
+        lines.append(
+            f"instance: {known(e.get('unit'))} (GPU {gpus_text}, port {known(e.get('port'))}) "
+            f"{outcome.upper() if outcome == 'failed' else outcome}{why}"
+        )
     return lines
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from gpushift.backends.kind import Kind
 from gpushift.backends.kinds import DEFAULT as DEFAULT_KIND
 from gpushift.backends.kinds import KINDS
-from gpushift.config import textfile, validate
+from gpushift.config import instances, textfile, validate
 from gpushift.config.frontdoor import check_against_backends, model_names, read_frontdoor
 from gpushift.config.hooks import read_hooks, read_notify
 from gpushift.config.keys import STRING_MAX, KeyReader
@@ -185,10 +185,11 @@ class _Reader(KeyReader):
             if not isinstance(bd, dict):
                 raise self.err(where, f"expected a table [{where}]")
             backends[name] = self.backend(name, where, bd)
-            unit = backends[name].unit
-            if unit in units:
-                raise self.err(f"{where}.unit", f"{unit!r} is already the unit of backend {units[unit]!r}")
-            units[unit] = name
+            for unit in instances.units_of(backends[name]):
+                if unit in units:
+                    key = f"{where}.instances" if backends[name].instances else f"{where}.unit"
+                    raise self.err(key, f"{unit!r} is already the unit of backend {units[unit]!r}")
+                units[unit] = name
         if not backends:
             raise self.err("backends", "no backend configured (expected at least one [backends.NAME] table)")
         return backends
@@ -227,7 +228,9 @@ class _Reader(KeyReader):
 
     def backend(self, name: str, where: str, d: Mapping[str, Any]) -> BackendConfig:
         self.no_unknown(d, where, set(BackendConfig.__dataclass_fields__) - {"name"})
-        unit = self.string(d, where, "unit", None)
+        # With instances the backend's unit, health URL and GPUs are the instances' (config/instances.py).
+        many = instances.read_instances(self, d, where)
+        unit = many[0].unit if many else self.string(d, where, "unit", None)
         if unit is None:
             raise self.err(
                 f"{where}.unit", "missing (expected a systemd unit name such as 'gpushift-x.service')"
@@ -236,9 +239,9 @@ class _Reader(KeyReader):
         if problem is not None:
             raise self.err(f"{where}.unit", f"{validate.shown(unit)}: {problem}")
         version_command = self.version_command(d, where)
-        gpus = self.gpu_list(d, where)
+        gpus = instances.joined_gpus(many) if many else self.gpu_list(d, where)
         kind = KINDS[self.string(d, where, "kind", DEFAULT_KIND, tuple(KINDS))]
-        health_url = self.url(d, where, "health_url", required=True) or ""
+        health_url = many[0].health_url if many else self.url(d, where, "health_url", required=True) or ""
         # A kind brings the endpoints its server always has, where the config names none.
         origin = _origin(health_url)
         version_url = self.url(d, where, "version_url") or (
@@ -269,6 +272,8 @@ class _Reader(KeyReader):
             prewarm_paths=self.absolute_paths(d, where, "prewarm_paths"),
             models=model_names(self, d, where, "models"),
             aliases=model_names(self, d, where, "aliases") or (),
+            instances=many,
+            min_ready=instances.read_min_ready(self, d, where, len(many)),
         )
 
     def version_command(self, d: Mapping[str, Any], where: str) -> tuple[str, ...] | None:

@@ -163,7 +163,7 @@ class Config:
 
     def backend_for_unit(self, unit: str) -> str | None:
         for b in self.backends.values():
-            if b.unit == unit:
+            if b.unit == unit or any(i.unit == unit for i in b.instances):
                 return b.name
         return None
 

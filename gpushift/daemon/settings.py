@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpushift.config import schema as config_mod
+from gpushift.config.instances import needed, units_of
 from gpushift.errors import ConfigError, InvalidArgument
 from gpushift.keeper import WatchSettings
 from gpushift.schedule import Schedule
@@ -127,7 +128,14 @@ def parse_until(text: str, tz: Any) -> datetime:
 def watch_settings(config: config_mod.Config) -> dict[str, WatchSettings]:
     """Per backend, what the keeper does when it crashes or wedges."""
     return {
-        n: WatchSettings(b.on_crash, b.unhealthy_after_s, b.defer_while_busy_s, b.idle_s)
+        n: WatchSettings(
+            b.on_crash,
+            b.unhealthy_after_s,
+            b.defer_while_busy_s,
+            b.idle_s,
+            instances=units_of(b) if b.instances else (),
+            min_ready=needed(b),
+        )
         for n, b in config.backends.items()
     }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpushift.config.instances import units_of
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError
 from gpushift.ports import Ports
@@ -47,11 +48,11 @@ class BackendWatcher:
         keep = getattr(self.ports.units, "keep_loaded", None)
         if keep is None:
             return
-        for b in config.backends.values():
+        for unit in (u for b in config.backends.values() for u in units_of(b)):  # every instance's too
             try:
-                keep(b.unit)
+                keep(unit)
             except GpushiftError as e:
-                self.log.warning("unit_not_referenced", unit=b.unit, error=str(e))
+                self.log.warning("unit_not_referenced", unit=unit, error=str(e))
 
     # -- BackendWatch
 

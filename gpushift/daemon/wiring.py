@@ -149,6 +149,12 @@ def compose_status(
             last_dict.pop(k, None)
         if isinstance(extra.get("warmup"), dict):
             last_dict["warmup"] = extra["warmup"]  # the proof of inference of the last launch
+        if isinstance(extra.get("instances"), list):  # a backend of several: each instance's outcome
+            last_dict["instances"] = [
+                {k: e.get(k) for k in ("unit", "gpus", "port", "outcome", "phase", "error")}
+                for e in extra["instances"]
+                if isinstance(e, dict)
+            ]
     since = ledger.since(active) if active and active != OFF else None
     out: dict[str, Any] = {
         "daemon": daemon,

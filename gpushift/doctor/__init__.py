@@ -74,6 +74,7 @@ from gpushift.doctor.findings import (
     checkpoint_facts_from_config,
 )
 from gpushift.doctor.gpus import backend_gpus
+from gpushift.doctor.instances import instance_findings
 from gpushift.doctor.kinds import KINDS, KindRules
 from gpushift.values import Holder, HostGpuFacts, UnitState
 
@@ -249,6 +250,7 @@ def check_all(
                 accepted_gpu_uuids=accepted_gpu_uuids,
             )
         )
+        out.extend(instance_findings(item.backend, item.instance_units))
     return out
 
 

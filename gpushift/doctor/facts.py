@@ -17,7 +17,7 @@ from gpushift import doctor
 from gpushift.backends import cmdline
 from gpushift.backends.kinds import kind_of
 from gpushift.backends.version import run_version_command
-from gpushift.config.schema import Config
+from gpushift.config.schema import BackendConfig, Config
 from gpushift.errors import GpushiftError
 from gpushift.host import safefile
 from gpushift.ports import GpuProbe, Ledger, UnitControl
@@ -167,6 +167,7 @@ def run_checks(
                 env=env,
                 version=version,
                 checkpoint=_checkpoint(b.kind, argv, env) if only in (None, name) else None,
+                instance_units=_instance_units(units, b) if only in (None, name) else None,
             )
         )
     findings = doctor.check_all(
@@ -181,6 +182,18 @@ def run_checks(
         only=only,
     )
     return findings, facts, states
+
+
+def _instance_units(units: UnitControl | None, b: BackendConfig) -> dict[str, UnitState | None]:
+    """Each instance's unit as systemd reports it (None: unreadable); {} for one unit."""
+    out: dict[str, UnitState | None] = {}
+    for i in b.instances if units is not None else ():
+        assert units is not None
+        try:
+            out[i.unit] = units.state(i.unit)
+        except GpushiftError:
+            out[i.unit] = None
+    return out
 
 
 class HostDoctor:

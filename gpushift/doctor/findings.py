@@ -109,6 +109,9 @@ class BackendInput:
     env: Mapping[str, str] | None = None  # None: the unit's Environment=
     version: str | None = None
     checkpoint: CheckpointFacts | None = None
+    # A backend of several instances: each instance's unit as systemd reports it, by unit name
+    # (None: not asked or unreadable), read by gpushift/doctor/instances.py.
+    instance_units: Mapping[str, UnitState | None] | None = None
 
 
 # The front door's codes (``gpushift check``'s front door section, gpushift/doctor/frontdoor.py).

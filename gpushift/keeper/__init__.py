@@ -5,8 +5,9 @@ store) · ``keeper`` (takes snapshots, executes the decisions through the switch
 """
 
 from gpushift.keeper.coming import Coming, coming_switch
+from gpushift.keeper.control import BackendWatch, SwitchControl
 from gpushift.keeper.decide import Attempts, Decision, Snapshot, WatchSettings, decide
-from gpushift.keeper.keeper import BackendWatch, Keeper, SwitchControl
+from gpushift.keeper.keeper import Keeper
 from gpushift.keeper.override import Override, OverrideStore
 
 __all__ = [

@@ -83,6 +83,8 @@ class WatchSettings:
     unhealthy_after_s: float = 120.0
     defer_while_busy_s: float = 0.0
     idle_s: float = 5.0
+    instances: tuple[str, ...] = ()  # a backend of several instances: their units (issue 23)
+    min_ready: int = 1  # ... and how many of them must run for it to serve
 
 
 #: ``gpushift switch --when-idle`` waits at most this long when the backend sets no limit.
@@ -115,6 +117,7 @@ class Relaunch:
     restart: bool  # it still runs (wedged): stop it and start it again
     before: str | None = None  # the backend that served before it (the fallback's target)
     fell_back: bool = False  # its relaunches gave up and the fallback was asked for
+    converge: bool = False  # it serves on its other instances: start those that are down (issue 23)
 
 
 @dataclass(frozen=True)
@@ -294,9 +297,11 @@ def _watch(
         fields = {"backend": inc.backend, "outcome": inc.outcome.value, "detail": inc.detail}
         actions += [Log("warning", f"backend_{inc.outcome.value}", fields), RecordIncident(inc)]
         if not inc.serving_again:
-            wedged = inc.outcome is Outcome.UNHEALTHY
-            relaunch = Relaunch(inc.backend, s.now, inc.detail, restart=wedged, before=s.before)
-            if not wedged:
+            wedged = inc.outcome is Outcome.UNHEALTHY or inc.restart  # restart: some instances still run
+            relaunch = Relaunch(
+                inc.backend, s.now, inc.detail, restart=wedged, before=s.before, converge=inc.converge
+            )
+            if not wedged and not inc.converge:
                 actions.append(Adopt(OFF, force=True))  # it is gone: what serves now is nothing
         return ov, relaunch
     if s.relaunched is not None and actual == est:
@@ -450,7 +455,8 @@ def decide(s: Snapshot) -> Decision:
     wants, key, why = wanted
     bringing_back = relaunch is not None and relaunch.backend == wants
     restart = bringing_back and relaunch is not None and relaunch.restart and actual == wants
-    if wants == actual and not restart:
+    converge = bringing_back and relaunch is not None and relaunch.converge and actual == wants
+    if wants == actual and not restart and not converge:
         if ov is not None:
             until = f" until {ov.until.isoformat()}" if ov.until else ""
             summary = f"{ov.mode}{until}: keeping {actual}"
@@ -483,8 +489,9 @@ def decide(s: Snapshot) -> Decision:
         return replace(wait, actions=(*actions, *wait.actions))
     trigger = Trigger.RECOVERY if bringing_back else s.trigger
     reason = f"relaunch: {relaunch.why}" if bringing_back and relaunch is not None else why
+    verify = restart or converge  # converge: start what is down of it (issue 23), the rest serves on
     actions.append(
-        Switch(wants, reason, trigger, actual, relaunch=restart, details=details, verify_running=restart)
+        Switch(wants, reason, trigger, actual, relaunch=restart, details=details, verify_running=verify)
     )
     verb = "relaunching" if restart else "switching"
     return Decision(tuple(actions), f"{verb} {actual} -> {wants}", a, blocked, relaunch)

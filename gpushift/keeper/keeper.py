@@ -20,11 +20,12 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from gpushift.errors import GpushiftError, SwitchInProgress
 from gpushift.host.nulllog import NULL_LOG
 from gpushift.keeper.coming import Coming, coming_switch
+from gpushift.keeper.control import BackendWatch, SwitchControl
 from gpushift.keeper.decide import (
     Adopt,
     Ask,
@@ -46,59 +47,14 @@ from gpushift.keeper.decide import (
 from gpushift.keeper.fallback import ledger_before, served_before
 from gpushift.keeper.override import Override, OverrideStore
 from gpushift.keeper.served import Served, next_served
-from gpushift.keeper.watch import Observation, Seen, observe
+from gpushift.keeper.watch import Observation, Seen, observe, observe_instances
 from gpushift.ports import Ledger
 from gpushift.schedule import Schedule
 from gpushift.switch import Event, SwitchRun
-from gpushift.values import OFF, Caller, EventKind, Mode, Outcome, OverrideSource, Trigger, UnitState
-
-
-class SwitchControl(Protocol):
-    """What the keeper needs of the switcher (the Switcher implements it)."""
-
-    def snapshot(self) -> tuple[bool, str | None]: ...
-    def unit_states(self) -> dict[str, UnitState]: ...
-
-    def request(
-        self,
-        target: str,
-        reason: str,
-        caller: Caller,
-        trigger: Trigger = ...,
-        skip_drain: bool = ...,
-        *,
-        relaunch: bool = ...,
-        verify_running: bool = ...,
-        recovery_attempt: int = ...,
-        details: Mapping[str, str] | None = ...,
-    ) -> str: ...
-
-    def take_finished(self) -> list[SwitchRun]: ...
-    def adopt(self, backend: str, force: bool = False) -> None: ...
-    def note_external(self, from_backend: str, to_backend: str) -> None: ...
-    def note_relaunch(self, backend: str, detail: str) -> None: ...
-    def record_incident(self, outcome: Outcome, backend: str, detail: str, exit: str) -> None: ...
-    def add_listener(self, listener: Callable[[Event], None]) -> None: ...
-
+from gpushift.values import OFF, Caller, EventKind, Mode, OverrideSource, Trigger
 
 #: While a switch waits for an idle moment, the keeper looks again this often.
 DEFER_CHECK_S = 1.0
-
-
-class BackendWatch(Protocol):
-    """What the daemon sees of the backends between switches (its job watch and its sampler)."""
-
-    def foreign_job(self, unit: str) -> bool | None:
-        """A job gpushift did not start ran on ``unit`` since the last call (None: cannot tell)."""
-        ...
-
-    def unhealthy_for(self, backend: str) -> float | None:
-        """Seconds the backend's health has failed without a break while its unit is active."""
-        ...
-
-    def busy(self, backend: str) -> tuple[int | None, float | None]:
-        """(requests in flight now — None: cannot be told, seconds without any — None: some are)."""
-        ...
 
 
 class Keeper:
@@ -145,6 +101,7 @@ class Keeper:
         # (backend, the backend that served before it): the ledger's, then the last switch seen ok
         self.before = ledger_before(ledger, self.log) if ledger is not None else None
         self.seen: Seen | None = None
+        self.seen_instances: dict[str, Seen] = {}  # a backend of several: each instance, by unit
         self.relaunch: Relaunch | None = None
         self.deferral: Deferral | None = None
         self.override: Override | None = store.load()
@@ -295,9 +252,17 @@ class Keeper:
         st = states.get(established) if established is not None else None
         if st is not None and established is not None:
             w = self.settings.get(established, WatchSettings())
-            foreign = self.watch.foreign_job(st.name) if self.watch is not None else None
-            unhealthy = self.watch.unhealthy_for(established) if self.watch is not None else None
-            obs = observe(established, st, self.seen, foreign, unhealthy, w.unhealthy_after_s)
+            if w.instances:  # a backend of several: each instance watched (watch.observe_instances)
+                jobs = self.watch.foreign_job if self.watch is not None else None
+                now, seen = self.switcher.instance_states(established), self.seen_instances
+                inc, self.seen_instances = observe_instances(
+                    established, now, seen, jobs, w.min_ready, w.unhealthy_after_s
+                )
+                obs = Observation(incident=inc)
+            else:
+                foreign = self.watch.foreign_job(st.name) if self.watch is not None else None
+                unhealthy = self.watch.unhealthy_for(established) if self.watch is not None else None
+                obs = observe(established, st, self.seen, foreign, unhealthy, w.unhealthy_after_s)
         self.seen = obs.seen
         in_flight, idle_for = None, None
         actual = tuple(n for n, u in states.items() if u.running and not u.exited)
@@ -325,7 +290,8 @@ class Keeper:
             self.switcher.note_relaunch(a.backend, a.detail)
         elif isinstance(a, RecordIncident):
             i = a.incident
-            self.switcher.record_incident(i.outcome, i.backend, i.detail, i.exit)
+            of: dict[str, Any] = {"unit": i.unit, "serving": i.converge} if i.unit else {}
+            self.switcher.record_incident(i.outcome, i.backend, i.detail, i.exit, **of)
         elif isinstance(a, Log):
             (self._warn if a.level == "warning" else self._info)(a.event, **a.fields)
         elif isinstance(a, Switch):

@@ -18,7 +18,8 @@ a job gpushift did not start ran on the unit, and how long the health has been f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 from gpushift.values import Outcome, UnitState
 
@@ -46,7 +47,10 @@ class Incident:
     detail: str  # one line for a person
     unit_result: str = ""
     exit: str = ""  # "exit status 0" / "killed by signal 9" ...
-    serving_again: bool = False  # systemd's Restart= already brought it back
+    serving_again: bool = False  # systemd's Restart= already brought it back (or its other instances serve)
+    unit: str = ""  # a backend of several instances: the instance's unit this happened to
+    restart: bool = False  # relaunch through the whole gate, stopping what still runs of it first
+    converge: bool = False  # it serves on its other instances: start the ones that are down (issue 23)
 
 
 @dataclass(frozen=True)
@@ -100,3 +104,44 @@ def observe(
         )
         return Observation(Incident(Outcome.UNHEALTHY, backend, detail, st.result), seen=now)
     return Observation(seen=now)
+
+
+def observe_instances(
+    backend: str,
+    states: Mapping[str, UnitState],
+    seen: Mapping[str, Seen],
+    foreign_job: Callable[[str], bool | None] | None,
+    needed: int,
+    unhealthy_after_s: float,
+) -> tuple[Incident | None, dict[str, Seen]]:
+    """What happened to the instances of ``backend`` (a backend of several, issue 23) since
+    ``seen`` (by unit; ``foreign_job``: whether a job gpushift did not start ran on a unit, see
+    :func:`observe`): the first instance that exited by itself (its unit in the incident), and
+    what to remember of each running one.
+
+    An instance not seen running since the switch (it failed there, and that row says so) is not
+    a crash.  While ``needed`` (``min_ready``) instances still run, the backend serves: the
+    instances that are down are started again, each after the gate saw its GPUs free, the others
+    untouched (``converge``); with fewer, the backend is relaunched through the whole gate
+    (``restart``: what still runs of it is stopped first), or, with none left, started again as
+    after any crash.
+    """
+    now: dict[str, Seen] = {}
+    crashed: list[Incident] = []
+    for unit, st in states.items():
+        prev = seen.get(unit)
+        prev = prev if prev is not None and prev.backend == backend else None  # seen before a switch
+        if prev is None and st.exited:
+            continue
+        o = observe(backend, st, prev, foreign_job(unit) if foreign_job else None, None, unhealthy_after_s)
+        if o.seen is not None:
+            now[unit] = o.seen
+        if o.incident is not None:
+            crashed.append(replace(o.incident, unit=unit))
+    if not crashed:
+        return None, now
+    serving = sum(1 for st in states.values() if st.running and not st.exited)
+    first = crashed[0]
+    detail = f"{first.detail}; {serving} of {len(states)} instances of {backend} run ({needed} needed)"
+    enough = serving >= needed
+    return replace(first, detail=detail, restart=0 < serving < needed, converge=enough), now

@@ -86,7 +86,7 @@ def launch_facts(rec: SwitchRecord) -> dict[str, Any]:
 def diff_records(old: SwitchRecord, new: SwitchRecord) -> list[dict[str, Any]]:
     """What changed from launch ``old`` to launch ``new``: a list of
     ``{"area", "change", "name", "old", "new"}`` (area: program, argv, flag, env, version, unit,
-    drop_in, user, working_directory, model, gpu, host)."""
+    drop_in, user, working_directory, model, gpu, host, instance)."""
     a, b = launch_facts(old), launch_facts(new)
     out: list[dict[str, Any]] = []
 
@@ -136,7 +136,38 @@ def diff_records(old: SwitchRecord, new: SwitchRecord) -> list[dict[str, Any]]:
     for k in ("hostname", "kernel"):
         if a["host"][k] != b["host"][k] and a["host"][k] and b["host"][k]:
             add("host", "changed", k, a["host"][k], b["host"][k])
+    _diff_instances(add, old, new)
     return out
+
+
+def instances(rec: SwitchRecord) -> dict[str, dict[str, Any]]:
+    """The instances of a launch of a backend of several (``extra.instances``), by unit."""
+    v = rec.extra.get("instances")
+    return {str(e.get("unit")): e for e in v if isinstance(e, dict)} if isinstance(v, list) else {}
+
+
+def _instance_text(e: Mapping[str, Any]) -> str:
+    gpus = e.get("gpus")
+    shown = ",".join(map(str, gpus)) if isinstance(gpus, list) else str(gpus)
+    return f"GPU {shown}, port {e.get('port')}, {e.get('outcome')}"
+
+
+def _diff_instances(add: Callable[..., None], old: SwitchRecord, new: SwitchRecord) -> None:
+    """Instance by instance (a backend of several, issue 23): which came or went, and each one's
+    GPUs, port, outcome and command line as it ran (secrets as digests)."""
+    ia, ib = instances(old), instances(new)
+    for unit in sorted(set(ia) | set(ib)):
+        a, b = ia.get(unit), ib.get(unit)
+        if a is None or b is None:
+            add("instance", "added" if a is None else "removed", unit, a and _instance_text(a),
+                b and _instance_text(b))  # fmt: skip
+            continue
+        for k in ("gpus", "port", "outcome"):
+            if a.get(k) != b.get(k):
+                add("instance", "changed", f"{unit} {k}", a.get(k), b.get(k))
+        argv = [" ".join(redact_argv([str(x) for x in e.get("argv") or []], "digest")) for e in (a, b)]
+        if argv[0] != argv[1]:
+            add("instance", "changed", f"{unit} argv", argv[0] or None, argv[1] or None)
 
 
 def _flag_text(values: list[str | None]) -> str | None:
@@ -179,6 +210,7 @@ def describe_change(c: Mapping[str, Any], width: int = 15) -> str:
         "version": "version",
         "drop_in": f"drop-in {change}",
         "model": f"model {change}" if change != "changed" else "model",
+        "instance": f"instance {change}" if change != "changed" else "instance",
     }.get(area, area.replace("_", " "))
     if change == "added":
         return f"{label:<{width}} {name}" + (f" {n}" if n is not None else "")

@@ -29,6 +29,7 @@ from prometheus_client import Counter, Histogram, disable_created_metrics
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpushift.config.instances import units_of
 from gpushift.config.schema import Config
 from gpushift.ledger.view import LedgerView
 from gpushift.sampler.sample import Sample, verdict
@@ -140,6 +141,18 @@ class StateCollector(Collector):
             "1 when systemd reports the backend's unit active (left out while unknown)",
             labels=["backend"],
         )
+        instance = GaugeMetricFamily(
+            "gpushift_backend_instance_unit_active",
+            "A backend of several instances: 1 when systemd reports the instance's unit active (left out "
+            "while unknown)",
+            labels=["backend", "unit"],
+        )
+        instance_up = GaugeMetricFamily(
+            "gpushift_backend_instance_up",
+            "A backend of several instances: 1 when the instance's health URL answered OK within the last "
+            "two sampling periods, 0 when not (left out while its unit does not run)",
+            labels=["backend", "unit"],
+        )
         period = sample.period_s
         for name in config.backends:
             active.add_metric([name], 1.0 if v.active == name else 0.0)
@@ -150,8 +163,15 @@ class StateCollector(Collector):
             st = b.state.known(now, period) if b is not None and b.state is not None else None
             if st is not None:
                 unit.add_metric([name], 1.0 if st.active_state == "active" else 0.0)
+            for u, f in b.instances if b is not None else ():
+                ist = f.known(now, period) if f is not None else None
+                if ist is not None:
+                    instance.add_metric([name, u], 1.0 if ist.active_state == "active" else 0.0)
+            for u, h in b.instance_health if b is not None else ():
+                hv = h.known(now, period)
+                instance_up.add_metric([name, u], 1.0 if hv is not None and hv.ok else 0.0)
         active.add_metric([OFF], 1.0 if v.active == OFF else 0.0)
-        yield from (active, up, unit)
+        yield from (active, up, unit, instance, instance_up)
 
     def _gpus(self, config: Config, sample: Sample, now: float) -> Iterable[Metric]:
         labels = ["gpu", "uuid"]
@@ -175,7 +195,7 @@ class StateCollector(Collector):
         f = sample.gpus
         readings = f.known(now, sample.period_s) if f is not None else None
         uuids = self._uuids()
-        own = {b.unit for b in config.backends.values()}
+        own = {u for b in config.backends.values() for u in units_of(b)}  # every instance's (issue 23)
         for r in readings or ():
             if r.error is not None or r.used_mib is None:
                 continue

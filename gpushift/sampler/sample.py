@@ -68,6 +68,9 @@ class BackendSample:
     in_flight: Figure[int] | None = None
     unhealthy_since: float | None = None
     idle_since: float | None = None  # since when no request has been in flight (known 0), else None
+    # A backend of several instances (issue 23): each instance's unit as read, by unit name.
+    instances: tuple[tuple[str, Figure[UnitState] | None], ...] = ()
+    instance_health: tuple[tuple[str, Figure[Health]], ...] = ()  # each running instance's health
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,28 @@ def _in_flight_entry(b: BackendSample, now: float, period_s: float) -> dict[str,
     return {"requests": f.known(now, period_s), "age_s": _age(f, now), "error": f.error}
 
 
+def _instance_health(h: Figure[Health] | None, now: float, period_s: float) -> str | None:
+    """An instance's health in a word: ``ok``, ``failing``, ``unknown`` (stale), None (not polled)."""
+    if h is None:
+        return None
+    if h.stale(now, period_s):
+        return "unknown"
+    return "ok" if h.value is not None and h.error is None and h.value.ok else "failing"
+
+
+def _instance_entry(unit: str, f: Figure[UnitState] | None, now: float, period_s: float) -> dict[str, Any]:
+    """One instance of a backend of several: its unit's state (``unknown`` while it is)."""
+    st = f.known(now, period_s) if f is not None else None
+    if st is None:
+        return {
+            "unit": unit,
+            "active_state": "unknown",
+            "error": f.error if f is not None else "not read yet",
+        }
+    return {"unit": unit, "active_state": st.active_state, "sub_state": st.sub_state,
+            "result": st.result, "main_pid": st.main_pid or None}  # fmt: skip
+
+
 def _backend_entry(b: BackendSample, now: float, period_s: float) -> dict[str, Any]:
     entry: dict[str, Any] = {"unit": b.unit, "kind": b.kind, "gpus": list(b.gpus) if b.gpus else "all"}
     problem = _unit_problem(b, now, period_s)
@@ -278,6 +303,12 @@ def _backend_entry(b: BackendSample, now: float, period_s: float) -> dict[str, A
             ),
         )
     entry["age_s"] = _age(b.state, now) if b.state is not None else None
+    if b.instances:
+        health = dict(b.instance_health)
+        entry["instances"] = [
+            {**_instance_entry(u, f, now, period_s), "health": _instance_health(health.get(u), now, period_s)}
+            for u, f in b.instances
+        ]
     entry["health"] = _health_entry(b, now, period_s)
     entry["in_flight"] = _in_flight_entry(b, now, period_s)
     return entry

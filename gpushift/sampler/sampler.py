@@ -24,12 +24,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpushift.config.instances import pick, units_of, view_of_unit
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError
 from gpushift.host.nulllog import NULL_LOG
 from gpushift.ports import BackendProbe, Clock, FrontDoorPort, GpuProbe, Ports, UnitControl
 from gpushift.sampler.sample import BackendSample, Figure, Sample, larger_in_flight
-from gpushift.values import GpuReading, UnitState
+from gpushift.values import GpuReading, Health, UnitState
 
 #: Parts of the period a cycle waits for its lanes: unit states first, then everything.
 _UNITS_BY = 0.4
@@ -165,7 +166,7 @@ class Sampler:
         t0 = time.monotonic()
         period = self.period_s
         cfg = self._config
-        units = {name: b.unit for name, b in cfg.backends.items()}
+        units = {name: units_of(b) for name, b in cfg.backends.items()}  # every instance's (issue 23)
         units_read = threading.Event()  # set by this cycle's units lane when its figures are stored
         first = self._launch({UNITS: _bind(self._read_units, units, units_read)})
         units_by = t0 + _UNITS_BY * period
@@ -183,10 +184,17 @@ class Sampler:
             st = figures.get(f"unit:{name}")
             if st is not None and st.value is not None and st.value.running:
                 # Checked against the unit's cgroup: another process on its port is not its health.
+                v = view_of_unit(b, st.value.name)  # the instance that stands for it (issue 23)
                 jobs[f"health:{name}"] = _bind(
-                    self._probe.health, b.health_url, timeout, st.value.control_group
+                    self._probe.health, v.health_url, timeout, st.value.control_group
                 )
-                jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, b, st.value.control_group)
+                jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, v, st.value.control_group)
+            for i in b.instances:  # each running instance's own health (issue 23)
+                ist = figures.get(f"instance:{i.unit}")
+                if ist is not None and ist.value is not None and ist.value.running:
+                    jobs[f"ihealth:{i.unit}"] = _bind(
+                        self._probe.health, i.health_url, timeout, ist.value.control_group
+                    )
         if self._frontdoor is not None:
             jobs[FRONTDOOR] = self._frontdoor_status
         second = self._launch(jobs)
@@ -228,31 +236,50 @@ class Sampler:
             raise GpushiftError(fd.last_error("status") or "the front door did not answer")
         return doc
 
-    def _read_units(self, units: Mapping[str, str], done: threading.Event | None = None) -> None:
+    def _read_units(self, units: Mapping[str, tuple[str, ...]], done: threading.Event | None = None) -> None:
         try:
             self._read_units_now(units)
         finally:
             if done is not None:
                 done.set()
 
-    def _read_units_now(self, units: Mapping[str, str]) -> None:
+    def _read_units_now(self, units: Mapping[str, tuple[str, ...]]) -> None:
         """Every backend unit's state in one read (one lane: systemd answers for all of them or
-        hangs for all of them); each backend's figure, and its error, is its own."""
+        hangs for all of them); each backend's figure, and its error, is its own.  A backend of
+        several instances stands for the first of them that runs (config/instances.py ``pick``)."""
         error = None
         try:
-            by_unit = self._units.states(list(dict.fromkeys(units.values())))
+            by_unit = self._units.states(list(dict.fromkeys(u for us in units.values() for u in us)))
         except GpushiftError as e:
             by_unit, error = {}, str(e)
         except Exception as e:  # an adapter's bug: those figures' error, never the thread's end
             by_unit, error = {}, f"{type(e).__name__}: {e}"
         at = self._clock.monotonic()
-        for name, unit in units.items():
-            got = by_unit.get(unit)
-            if isinstance(got, UnitState):
-                self._store(f"unit:{name}", Figure(got, at))
-            else:
-                why = str(got) if got is not None else error or f"systemd did not answer for {unit}"
-                self._store(f"unit:{name}", Figure(None, at, why))
+        cfg = self._config
+        for name, unit in (
+            (n, pick(cfg.backends[n], by_unit) if n in cfg.backends else us[0]) for n, us in units.items()
+        ):
+            several = units[name] if len(units[name]) > 1 else ()  # each instance's own figure too
+            for key, u in ((f"unit:{name}", unit), *((f"instance:{u}", u) for u in several)):
+                got = by_unit.get(u)
+                if isinstance(got, UnitState):
+                    self._store(key, Figure(got, at))
+                else:
+                    why = str(got) if got is not None else error or f"systemd did not answer for {u}"
+                    self._store(key, Figure(None, at, why))
+
+    def _instance_health(self, b: Any) -> tuple[tuple[str, Figure[Health]], ...]:
+        """Each running instance's health figure (one of an instance that does not run is dropped:
+        it describes a process that is gone).  Called with the figures' lock held."""
+        out = []
+        for i in b.instances:
+            st = self._figures.get(f"instance:{i.unit}")
+            if st is not None and st.value is not None and not st.value.running:
+                self._figures.pop(f"ihealth:{i.unit}", None)
+            h = self._figures.get(f"ihealth:{i.unit}")
+            if h is not None:
+                out.append((i.unit, h))
+        return tuple(out)
 
     def _read_gpus(self, units_read: threading.Event | None, units_by: float) -> None:
         """The GPUs' memory; their holders from this read when they may have changed, else carried
@@ -337,7 +364,7 @@ class Sampler:
                 backends.append(
                     BackendSample(
                         name=name,
-                        unit=b.unit,
+                        unit=st.value.name if st is not None and st.value is not None else b.unit,
                         kind=str(b.kind),
                         gpus=b.gpus,
                         state=st,
@@ -345,6 +372,10 @@ class Sampler:
                         in_flight=in_flight,
                         unhealthy_since=unhealthy_since(prev.backend(name), st, health, now, period),
                         idle_since=idle_since(prev.backend(name), in_flight, now, period),
+                        instances=tuple(
+                            (u, self._figures.get(f"instance:{u}")) for u in units_of(b) if b.instances
+                        ),
+                        instance_health=self._instance_health(b),
                     )
                 )
             gpus = self._figures.get(GPU)

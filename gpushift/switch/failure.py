@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpushift.config.instances import units_of
 from gpushift.config.schema import BackendConfig, Config
 from gpushift.errors import GpushiftError, SwitchFailed, VramNotReleased
 from gpushift.switch import frontdoor, records
+from gpushift.switch import instances as group
 from gpushift.switch.policy import gate_gpus
 from gpushift.switch.run import StepFailed, SwitchResult, SwitchRun
 from gpushift.switch.steps import Steps
@@ -74,7 +76,12 @@ class FailurePolicy:
             rec.extra["cancelled_by"] = run.cancelled_by
         self.log.warning("switch_failed", ticket=run.ticket, phase=f.phase.value, message=f.message)
         error = VramNotReleased.dbus_name() if f.vram else SwitchFailed.dbus_name()
-        if target is not None and f.phase in (Phase.START, Phase.READY, Phase.WARMUP):
+        if (
+            target is not None
+            and not target.instances
+            and f.phase in (Phase.START, Phase.READY, Phase.WARMUP)
+        ):
+            # (Several instances: each failed one's evidence is in its entry, extra.instances.)
             # Read before the target is stopped below: its exit and last log lines are the why.
             rec.extra["evidence"] = records.evidence(steps.ports, target.unit, config.daemon.evidence_lines)
         if not run.touched:
@@ -94,10 +101,10 @@ class FailurePolicy:
             steps.guard.begin_rollback(run, previous)  # from here on a cancel is refused: the way back
             steps.persist(run)  # a daemon that dies now recovers to the rollback's destination
         # The target must not be left half-started (a failed unit is stopped, its state kept).
-        if target is not None and steps.ports.units.state(target.unit).running:
-            steps.report(run, Phase.ROLLBACK, f"stopping {target.unit}")
+        if target is not None and group.any_running(steps, target):
+            steps.report(run, Phase.ROLLBACK, f"stopping {', '.join(units_of(target))}")
             try:
-                steps.stop(run, config, target)
+                group.stop(steps, run, config, target)
             except StepFailed as f2:
                 rec.outcome = Outcome.FAILED.value
                 rec.message = f"{f.message}; then {f2.message}"
@@ -116,7 +123,7 @@ class FailurePolicy:
         steps = self.steps
         prev = config.backends[previous]
         steps.report(run, Phase.ROLLBACK, f"rolling back to {previous}")
-        rollback: dict[str, object] = {"to": previous}
+        rollback: dict[str, Any] = {"to": previous}
         rec.extra["rollback"] = rollback
         watched = gate_gpus(config, previous, [], steps.all_gpus())
         try:
@@ -126,16 +133,18 @@ class FailurePolicy:
                     str, float
                 ] = {}  # the rollback's own timings, apart from the failed attempt's
                 rollback["durations_s"] = durations
-                steps.start_and_wait(run, config, prev, durations)
+                group.start(steps, run, config, prev, durations, rollback)
             except GpushiftError as e:
                 raise StepFailed(Phase.ROLLBACK, str(e)) from None
         except StepFailed as f2:
             rec.outcome = Outcome.FAILED.value
             rec.message = f"{f.message}; rollback to {previous} impossible: {f2.message}; nothing is serving"
             rollback["error"] = f2.message
-            if steps.ports.units.state(prev.unit).running:
+            if group.any_running(steps, prev):
+                # (From the phase the rollback failed in, a stop goes through rollback again.)
+                steps.report(run, Phase.ROLLBACK, f"stopping {', '.join(units_of(prev))}")
                 try:
-                    steps.stop(run, config, prev)
+                    group.stop(steps, run, config, prev)
                 except StepFailed as f3:
                     rec.message += f"; {f3.message}"
             return close(steps, run, rec, False, error, config)

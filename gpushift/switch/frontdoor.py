@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpushift.config.instances import units_of, view
 from gpushift.config.schema import BackendConfig, Config
 from gpushift.errors import GpushiftError
 from gpushift.ports import FrontDoorPort, Ports
@@ -63,11 +64,22 @@ class DrainCount:
         self, ports: Ports, b: BackendConfig, at_close: int | None, cgroup: str | None = None
     ) -> None:
         self.ports, self.b, self.cgroup = ports, b, cgroup  # cgroup: only the unit's own answers count
+        # A backend of several instances (issue 23): each running instance's own count, with its
+        # own cgroup, summed (the known ones; unknown only when none is known).
+        self.members = [
+            (view(b, i), st.control_group) for i in b.instances if (st := ports.units.state(i.unit)).running
+        ]
         self.asking = ports.frontdoor is not None and at_close is not None
-        self.first = larger(ports.probe.in_flight(b, cgroup), at_close)
+        self.first = larger(self._own(), at_close)
+
+    def _own(self) -> int | None:
+        if not self.b.instances:
+            return self.ports.probe.in_flight(self.b, self.cgroup)
+        known = [n for n in (self.ports.probe.in_flight(v, cg) for v, cg in self.members) if n is not None]
+        return sum(known) if known else None
 
     def now(self) -> int | None:
-        own = self.ports.probe.in_flight(self.b, self.cgroup)
+        own = self._own()
         fd = self.ports.frontdoor
         theirs = fd.in_flight(self.b.name) if self.asking and fd is not None else None
         if theirs is None:
@@ -90,7 +102,7 @@ def serving_now(ports: Ports, run: SwitchRun, rec: SwitchRecord, config: Config 
         return OFF
     for name, b in config.backends.items():
         try:
-            if ports.units.state(b.unit).running:
+            if any(ports.units.state(u).running for u in units_of(b)):
                 return name
         except GpushiftError:
             continue

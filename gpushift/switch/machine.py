@@ -23,11 +23,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpushift.config.instances import units_of
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError, NothingToCancel, SwitchFailed, SwitchInProgress, UnknownBackend
 from gpushift.host.nulllog import NULL_LOG
 from gpushift.ports import Ports
 from gpushift.switch import frontdoor, records
+from gpushift.switch import instances as group
 from gpushift.switch.failure import FailurePolicy, close
 from gpushift.switch.hooks import SwitchHooks
 from gpushift.switch.phases import TransitionError
@@ -110,11 +112,17 @@ class Switcher:
     def unit_states(self, config: Config | None = None) -> dict[str, UnitState]:
         """Each configured backend's unit as systemd reports it right now, in config order."""
         cfg = config or self.config
-        return {name: self.ports.units.state(b.unit) for name, b in cfg.backends.items()}
+        return {name: group.representative(self.ports.units, b) for name, b in cfg.backends.items()}
+
+    def instance_states(self, backend: str) -> dict[str, UnitState]:
+        """Each instance's unit of ``backend`` as systemd reports it right now (a backend of one
+        unit: that unit)."""
+        return {u: self.ports.units.state(u) for u in units_of(self.config.backends[backend])}
 
     def running_backends(self, config: Config | None = None) -> list[str]:
         """Configured backends whose unit systemd reports as running right now, in config order."""
-        return running_backends({name: st.running for name, st in self.unit_states(config).items()})
+        cfg = config or self.config
+        return running_backends(group.running(self.ports.units, cfg, self.unit_states(cfg)))
 
     def result(self, ticket: str) -> SwitchResult | None:
         run = self._finished.get(ticket)
@@ -171,9 +179,18 @@ class Switcher:
         """Record a relaunch of the serving backend outside gpushift (its launch as it runs now)."""
         records.relaunch(self.ports, self.config, self.version, backend, detail)
 
-    def record_incident(self, outcome: Outcome, backend: str, detail: str, exit: str) -> None:
-        """Record that the serving backend crashed or wedged (the keeper decides what follows)."""
-        records.incident(self.ports, self.config, self.version, outcome, backend, detail, exit)
+    def record_incident(
+        self,
+        outcome: Outcome,
+        backend: str,
+        detail: str,
+        exit: str,
+        unit: str | None = None,
+        serving: bool = False,
+    ) -> None:
+        """Record that the serving backend (``unit``: one of its instances) crashed or wedged (the
+        keeper decides what follows)."""
+        records.incident(self.ports, self.config, self.version, outcome, backend, detail, exit, unit, serving)
 
     def request(
         self,
@@ -377,7 +394,7 @@ class Switcher:
         self._report(run, Phase.PREFLIGHT, f"checking {target}")
         t0 = clock.monotonic()
         states = self.unit_states(config)  # read once: what runs, the target's unit, the doctor's
-        running = running_backends({name: st.running for name, st in states.items()})
+        running = running_backends(group.running(self.ports.units, config, states))
         with self._lock:
             run.previous = list(running)
         msg = None if run.relaunch or run.verify_running else already_there(target, running)
@@ -429,7 +446,7 @@ class Switcher:
         t0 = clock.monotonic()
         for b in plan.to_stop:
             steps.check_cancel(run, Phase.STOP)
-            steps.stop(run, config, config.backends[b])
+            group.stop(steps, run, config, config.backends[b])
         rec.durations_s["stop"] = round(clock.monotonic() - t0, 3)
         return None
 
@@ -444,7 +461,7 @@ class Switcher:
             # The target already runs (beside the others just stopped, or found running by a
             # recovery): its own memory stays, so there is nothing to release and nothing to
             # start; prove it answers.
-            ready = steps.wait_ready(run, config, target_cfg, rec.durations_s)
+            ready = group.start(steps, run, config, target_cfg, rec.durations_s, rec.extra, launch=False)
         else:
             # --- VRAM gate
             t0 = clock.monotonic()
@@ -454,12 +471,14 @@ class Switcher:
             if target_cfg is not None:
                 steps.check_cancel(run, Phase.RELEASE)
                 steps.persist(run)
-                ready = steps.start_and_wait(run, config, target_cfg, rec.durations_s)
+                ready = group.start(steps, run, config, target_cfg, rec.durations_s, rec.extra)
         if target_cfg is None:
             return
         # The unit as read with its 200; after a warm-up request, as it runs now.
-        st = ready
-        if steps.warm_up(run, config, target_cfg, rec, ready) or st is None:
+        # (Several instances: the first that serves describes the backend; switch/instances.py.)
+        serving, sent = group.warm_up(steps, run, config, target_cfg, rec, ready)
+        st, target_cfg = (ready if serving is target_cfg else None), serving
+        if sent or st is None:
             st = self.ports.units.state(target_cfg.unit)
         steps.compare_models(run, target_cfg, rec, st)  # recorded, never a failure
         steps.persist(run)

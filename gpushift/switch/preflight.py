@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpushift.config.instances import units_of
 from gpushift.config.schema import Config
 from gpushift.doctor.identity import identity_problems
 from gpushift.errors import GpushiftError, VramNotReleased
@@ -101,6 +102,10 @@ class Preflight:
             rec.argv_configured = list(st.exec_start)
             if st.load_state != "loaded":
                 plan.refusal = f"unit {target_cfg.unit} of backend {target} is {st.load_state}"
+            for unit in units_of(target_cfg)[1:]:  # the other instances' units (switch/instances.py)
+                load_state = ports.units.state(unit).load_state
+                if plan.refusal is None and load_state != "loaded":
+                    plan.refusal = f"unit {unit} of backend {target} is {load_state}"
         facts = ports.gpu.facts()  # read once: the ledger and the doctor share it
         rec.gpu_facts = facts.to_dict()
         if plan.refusal is None and not watched:
@@ -160,10 +165,11 @@ class Preflight:
         the readings the verdict rests on (the row's ``vram.before``)."""
         ports = self.ports
         own = [*plan.to_stop, *([plan.record.to_backend] if plan.target_running else [])]
-        own_units = {config.backends[b].unit for b in own}
+        own_list = [u for b in own for u in units_of(config.backends[b])]
+        own_units = set(own_list)
         own_pids: set[int] = set()
-        for b in own:
-            own_pids.update(ports.units.processes(config.backends[b].unit))
+        for unit in own_list:
+            own_pids.update(ports.units.processes(unit))
         verdict = foreign_memory(before, own_units, own_pids, config.gpu.residual_mib, ports.gpu.simulated)
         t0 = ports.clock.monotonic()
         told = False

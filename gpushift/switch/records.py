@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from gpushift.config.instances import members, view
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError
 from gpushift.ports import Ports
@@ -41,11 +42,15 @@ def _row(
     )
 
 
-def _describe_launch(ports: Ports, config: Config, rec: SwitchRecord, backend: str, version: bool) -> None:
-    """The unit, its command as written and as it runs, and (``version``) the backend's version."""
+def _describe_launch(
+    ports: Ports, config: Config, rec: SwitchRecord, backend: str, version: bool, unit: str | None = None
+) -> None:
+    """The unit (``unit``: this instance's), its command as written and as it runs, and
+    (``version``) the backend's version."""
     b = config.backends.get(backend)
     if b is None:
         return
+    b = next((view(b, i) for i in members(b) if i.unit == unit), b)
     st = ports.units.state(b.unit)
     rec.unit = b.unit
     rec.unit_path = st.fragment_path or None
@@ -100,21 +105,33 @@ def relaunch(ports: Ports, config: Config, version: str, backend: str, detail: s
 
 
 def incident(
-    ports: Ports, config: Config, version: str, outcome: Outcome, backend: str, detail: str, exit: str
+    ports: Ports,
+    config: Config,
+    version: str,
+    outcome: Outcome,
+    backend: str,
+    detail: str,
+    exit: str,
+    unit: str | None = None,
+    serving: bool = False,
 ) -> SwitchRecord:
-    """The serving backend crashed (exited by itself) or wedged (health failing): outcome says which."""
+    """The serving backend crashed (exited by itself) or wedged (health failing): outcome says which.
+    ``unit``: the instance that did (a backend of several, issue 23); ``serving``: the backend
+    still serves on its other instances (the row goes to it, not to ``off``)."""
     rec = _row(ports, version, Trigger.WATCH, "gpushift", detail, backend, OFF, "incident")
     rec.outcome = outcome.value
     rec.message = detail
     rec.extra["incident"] = {"outcome": outcome.value, "backend": backend, "exit": exit}
     try:
-        _describe_launch(ports, config, rec, backend, version=False)
+        _describe_launch(ports, config, rec, backend, version=False, unit=unit)
     except GpushiftError as e:  # systemd cannot be asked: the row still says what was seen
         rec.extra["incident"]["unit_error"] = str(e)
     if rec.systemd_result is not None:
         rec.extra["incident"]["unit_result"] = rec.systemd_result
     b = config.backends.get(backend)
+    if unit is not None:
+        rec.extra["incident"].update(unit=unit, serving=serving)
     if b is not None:
-        rec.extra["evidence"] = evidence(ports, b.unit, config.daemon.evidence_lines)
-    rec.to_backend = backend if outcome is Outcome.UNHEALTHY else OFF
+        rec.extra["evidence"] = evidence(ports, unit or b.unit, config.daemon.evidence_lines)
+    rec.to_backend = backend if outcome is Outcome.UNHEALTHY or serving else OFF
     return _write(ports, rec)

@@ -28,6 +28,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from gpushift.config.instances import units_of
 from gpushift.errors import GpushiftError
 from gpushift.switch import frontdoor
 from gpushift.switch.machine import Switcher
@@ -163,8 +164,7 @@ def _stop_everything(sw: Switcher, p: RecoveryPlan, log: Any) -> None:
         gpushift_version=sw.version,
     )
     errors = []
-    for name in running:
-        unit = sw.config.backends[name].unit
+    for unit in (u for name in running for u in units_of(sw.config.backends[name])):  # every instance's
         try:
             job = sw.ports.units.stop(unit, sw.config.daemon.stop_timeout_s)
             if not job.ok:

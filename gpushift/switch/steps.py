@@ -250,6 +250,11 @@ class Steps:
     ) -> UnitState:
         """StartUnit (after ResetFailedUnit when needed), then wait until it answers; returns the
         unit as read when it answered (:meth:`wait_ready`)."""
+        self.start_job(run, b, durations)
+        return self.wait_ready(run, config, b, durations)
+
+    def start_job(self, run: SwitchRun, b: BackendConfig, durations: dict[str, float]) -> None:
+        """StartUnit (after ResetFailedUnit when needed) and wait for its job (``durations["start"]``)."""
         clock = self.ports.clock
         units = self.ports.units
         t0 = clock.monotonic()
@@ -266,7 +271,6 @@ class Steps:
                 f"start job of {b.unit} ended with {job.result!r} (Result={st.result})",
                 systemd_result=st.result,
             )
-        return self.wait_ready(run, config, b, durations)
 
     def wait_ready(
         self, run: SwitchRun, config: Config, b: BackendConfig, durations: dict[str, float]

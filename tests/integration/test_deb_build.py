@@ -130,7 +130,10 @@ def test_the_package_lays_out_the_vendor_files_examples_and_conffiles(deb: Path)
     assert found["/opt/gpushift/bin/gpushift"] == "-rwxr-xr-x"
     assert not [p for p in found if p.startswith("/etc/systemd") or p.startswith("/usr/local")]
     assert "/opt/gpushift/share/gpushift/manifest" not in found  # dpkg's list is the manifest
-    assert control_file(deb, "conffiles").split() == ["/etc/gpushift/gpushift.toml", "/etc/gpushift/schedule"]
+    # every file of the tree's etc/gpushift (gpushift.toml, schedule, the instances' llama@N.env)
+    conffiles = sorted(p for p in tree_places().values() if p.startswith("/etc/gpushift/"))
+    assert control_file(deb, "conffiles").split() == conffiles
+    assert conffiles[:1] == ["/etc/gpushift/gpushift.toml"] and "/etc/gpushift/schedule" in conffiles
 
     tree = builddir() / "deb/root"
     # the staged tree names no build directory (shebangs, pyvenv.cfg, .pyc paths, RECORD)

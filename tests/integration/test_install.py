@@ -75,8 +75,11 @@ LAYOUT = {
     "/usr/share/man/man1/gpushift.1": 0o644,
     "/etc/gpushift/gpushift.toml": 0o644,
     "/etc/gpushift/schedule": 0o644,
+    "/etc/gpushift/llama@0.env": 0o644,  # the template unit's instances (issue 23)
+    "/etc/gpushift/llama@1.env": 0o644,
     "/etc/systemd/system/gpushift-vllm.service": 0o644,
     "/etc/systemd/system/gpushift-llama.service": 0o644,
+    "/etc/systemd/system/gpushift-llama@.service": 0o644,  # one llama-server per GPU (issue 23)
 }
 MANIFEST = f"{PREFIX}/share/gpushift/manifest"
 CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}

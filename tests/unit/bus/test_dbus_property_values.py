@@ -56,6 +56,7 @@ def test_values_of_an_idle_daemon_serving_day(world: Any) -> None:
         "NextServed": {},
         "Models": {},
         "TimeZone": "",
+        "Instances": {},
     }
 
 
@@ -209,3 +210,13 @@ def test_the_clients_variant_types_round_trip_through_the_services_decoding() ->
     assert dbus_args.variant_types({"until": 5}) == {"until": ("x", 5)}
     with pytest.raises(InvalidArgument):
         dbus_args.variant_types({"colour": "red"})
+
+
+def test_instances_property_shows_each_instance_of_a_backend_of_several(make_world: Any) -> None:
+    from tests.support.instances import N0, N1, with_instances
+
+    world = with_instances(make_world(), min_ready=1)
+    world.boot("day")
+    world.units.behave(N1, start_job_result="failed")
+    assert world.switch("night").ok
+    assert props(world)["Instances"] == {"night": [(N0, "active", "ok"), (N1, "failed", "")]}

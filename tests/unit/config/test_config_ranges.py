@@ -34,6 +34,12 @@ def documented_numbers() -> list[tuple[str, str, bool, str]]:
 
 
 def config_with(table: str, key: str, value: float) -> str:
+    if key == "min_ready":  # at most the number of instances: the most a backend may have
+        many = ", ".join(
+            f'{{ unit = "x@{n}.service", health_url = "http://127.0.0.1:{9000 + n}/health" }}'
+            for n in range(64)
+        )
+        return f"[backends.x]\ninstances = [{many}]\n{key} = {value!r}\n"
     if table == "backends.NAME":
         return f"{BACKEND}{key} = {value!r}\n"
     return f"[{table}]\n{key} = {value!r}\n{BACKEND}"

@@ -27,6 +27,7 @@ from gpushift.metrics.collector import (
 )
 from gpushift.sampler.sampler import Sampler
 from gpushift.values import OFF, Caller, Mode, Outcome, SwitchRecord, Trigger
+from tests.support.instances import with_instances
 
 Labels = frozenset[tuple[str, str]]
 
@@ -318,10 +319,14 @@ def test_next_switch_is_the_schedules_next_change_except_in_hold_and_manual_mode
 
 
 def every_exported_name(w: Any) -> set[str]:
-    """Every sample name a scrape can show (each figure known, a switch done, a schedule ahead)."""
+    """Every sample name a scrape can show (each figure known, a switch done, a schedule ahead;
+    "night" a backend of two instances, whose units have series of their own)."""
+    with_instances(w)
     scrape = Scrape(w)
-    w.gpu.add_foreign(0, pid=4242, mib=9318)
-    w.switch("night")
+    assert w.switch("night").ok
+    w.gpu.add_foreign(
+        0, pid=4242, mib=9318
+    )  # after the switch: its preflight would refuse (GPU 0 is night's)
     scrape.sampler.sample_once()
     scrape.next = ("day", 1_790_000_000.0)
     scrape.view = LedgerView(

@@ -267,3 +267,17 @@ def test_cancel_during_a_rollback_is_refused_with_a_message(make_world: Any) -> 
     res = world.switch("night")
     assert refused and "rolling back to day" in refused[0]
     assert res.outcome == Outcome.ROLLED_BACK.value and world.running() == ["day"]
+
+
+def test_recovery_that_gives_up_stops_every_instance_of_a_backend_of_several(world: Any) -> None:
+    from tests.support.instances import N0, N1, with_instances
+
+    with_instances(world)
+    world.units.set_stopped(world.unit("day"))
+    world.units.set_running(N0)
+    world.units.set_running(N1)
+    died_in(world, "day", Phase.START, trigger=Trigger.RECOVERY, previous="night", recovery_attempt=3)
+    plan, _log = restart(world)
+    assert plan is not None and plan.give_up
+    assert not world.units.is_running(N0) and not world.units.is_running(N1)
+    assert {u for v, u in world.units.calls if v == "stop"} >= {N0, N1}
