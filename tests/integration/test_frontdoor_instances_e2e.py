@@ -12,7 +12,9 @@ The shipped gpushift.service (a real systemd user manager) switches "night", two
   refused, and only one already sent there may fail;
 * the crash is a ledger row of its own (``gpushift ledger --json``, outcome ``crashed``, the unit
   named).  ``on_crash = "stay"`` keeps instance 1 down (no relaunch), so "all traffic to instance 0"
-  holds for as long as the test looks; ``min_ready = 1`` keeps the backend serving on one.
+  holds for as long as the test looks; ``min_ready = 1`` keeps the backend serving on one;
+* ``gpushift status`` shows the front door's view of each instance (``frontdoor.instances``, and a
+  ``front door night:`` line).
 """
 
 from __future__ import annotations
@@ -198,3 +200,13 @@ def test_frontdoor_spreads_over_both_instances_and_a_killed_one_loses_its_traffi
     assert row["extra"]["incident"]["unit"] == N1, row["extra"]
     assert env.active_state(N0) == "active" and env.active_state(N1) != "active"
     assert env.status()["active"] == "night"
+
+    # gpushift status shows what the front door sees of each instance (at its next sample)
+    def shown() -> list[Any]:
+        pools = env.status().get("frontdoor", {}).get("instances", {})
+        return [(e["instance"], e["up"]) for e in pools.get("night", [])]
+
+    env.wait_for(lambda: shown() == [(N0, True), (N1, False)], 120, "status showing instance 1 down")
+    text = env.cli("status", check=True).stdout
+    line = next((x for x in text.splitlines() if x.startswith("front door night: ")), "")
+    assert f"{N0} up " in line and f"{N1} DOWN 0" in line, text
