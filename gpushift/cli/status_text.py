@@ -380,4 +380,22 @@ def _frontdoor_lines(fd: Any) -> list[str]:
         parts.append("closed " + ", ".join(str(b) for b in fd["closed"]))
     if fd.get("daemon") == "lost":
         parts.append("lost the daemon")
-    return ["front door: " + " · ".join(parts)]
+    return ["front door: " + " · ".join(parts), *_frontdoor_instance_lines(fd.get("instances"))]
+
+
+def _frontdoor_instance_lines(pools: Any) -> list[str]:
+    """``front door night: gs-night0.service up 3 · gs-night1.service DOWN 0`` per backend of
+    several instances (each instance: up or DOWN as the front door marks it, its requests in flight)."""
+    if not isinstance(pools, dict):
+        return []
+    lines = []
+    for backend, entries in pools.items():
+        shown = [
+            f"{e.get('instance')} {_UP.get(e.get('up'), '?')} {known(e.get('in_flight'))}"
+            for e in entries if isinstance(e, dict)
+        ]  # fmt: skip
+        lines.append(f"front door {backend}: " + " · ".join(shown))
+    return lines
+
+
+_UP: dict[Any, str] = {True: "up", False: "DOWN"}

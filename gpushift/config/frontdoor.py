@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpushift.config import validate
+from gpushift.config import instances, validate
 from gpushift.config.keys import KeyReader
 from gpushift.config.types import DEFAULT_LISTEN, MIB, FrontDoorConfig, split_listen
 
@@ -122,17 +122,19 @@ def port_of(url: str) -> tuple[str, int] | None:
 
 def check_against_backends(r: KeyReader, fd: FrontDoorConfig, backends: Mapping[str, Any]) -> None:
     """A listen address that takes a backend's port (the same port on the same or a wildcard
-    address) is refused: the front door and the backend would fight for it."""
+    address) is refused: the front door and the backend would fight for it.  A backend of several
+    instances has one port per instance, each checked."""
     for text, (host, port) in zip(fd.listen, fd.addresses, strict=True):
         for b in backends.values():
-            hp = port_of(b.health_url)
-            if hp is None or hp[1] != port:
-                continue
-            if host in ("::", "0.0.0.0") or hp[0] == host:
+            for i in instances.members(b):
+                hp = port_of(i.health_url)
+                if hp is None or hp[1] != port or not (host in ("::", "0.0.0.0") or hp[0] == host):
+                    continue
+                where = f"instance {i.unit!r}'s health_url" if b.instances else "its health_url"
                 raise r.err(
                     "frontdoor.listen",
-                    f"{text!r} takes port {port} of backend {b.name!r} ({hp[0]}:{port} in its "
-                    "health_url): move the backend to another port, e.g. 127.0.0.1:8001 (docs/frontdoor.md, "
+                    f"{text!r} takes port {port} of backend {b.name!r} ({hp[0]}:{port} in {where}): move "
+                    "the backend to another port, e.g. 127.0.0.1:8001 (docs/frontdoor.md, "
                     "'Moving an existing host')",
                 )
     for b in backends.values():

@@ -6,8 +6,9 @@ come out (codes in :mod:`gpushift.doctor.findings`):
 
 * ``frontdoor-port-clash`` (error): a ``listen`` address that is also ``[metrics] listen`` or the
   front door's own ``metrics_listen`` (a backend's port is refused by the config reader already);
-* ``frontdoor-backend-exposed`` (warning): a backend whose health URL is not on a loopback address —
-  clients can reach it around the front door (no holding, no answer saying when it comes back);
+* ``frontdoor-backend-exposed`` (warning): a backend (or an instance of one) whose health URL is not
+  on a loopback address — clients can reach it around the front door (no holding, no answer saying
+  when it comes back);
 * ``frontdoor-models-unknown`` (warning): a backend with no model names (a ``generic`` one without
   ``models = [...]``): requests that name a model never reach it;
 * ``frontdoor-model-mismatch`` / ``frontdoor-models-unreadable`` (warning): a running backend does
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpushift.backends import models
+from gpushift.config import instances
 from gpushift.config.frontdoor import port_of
 from gpushift.config.schema import Config, split_listen
 from gpushift.doctor.findings import (
@@ -96,15 +98,18 @@ def port_findings(cfg: Config) -> list[Finding]:
                     )
                 )
     for b in cfg.backends.values():
-        hp = port_of(b.health_url)
-        if hp is not None and not _loopback(hp[0]):
+        for i in instances.members(b):
+            hp = port_of(i.health_url)
+            if hp is None or _loopback(hp[0]):
+                continue
+            whose = f"{b.name}'s instance {i.unit}" if b.instances else b.name
             out.append(
                 Finding(
                     WARNING,
                     FRONTDOOR_BACKEND_EXPOSED,
                     b.name,
-                    f"{b.name}'s health_url is on {hp[0]}:{hp[1]}, not a loopback address: clients can reach it "
-                    "around the front door (no holding through a switch, no answer saying when its model "
+                    f"{whose}'s health_url is on {hp[0]}:{hp[1]}, not a loopback address: clients can reach "
+                    "it around the front door (no holding through a switch, no answer saying when its model "
                     "comes back)",
                     f"bind the backend to 127.0.0.1 (e.g. 127.0.0.1:{hp[1]}) and its health_url with it",
                 )

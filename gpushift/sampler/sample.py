@@ -214,7 +214,7 @@ def frontdoor_entry(
             "age_s": _age(f, now) if f is not None else None,
         }
     counts = doc.get("in_flight")
-    return {
+    out = {
         "answered": True,
         "listen": [str(x) for x in doc.get("listen") or []],
         "held": doc.get("held"),
@@ -224,6 +224,30 @@ def frontdoor_entry(
         "requests": doc.get("requests"),
         "age_s": _age(f, now) if f is not None else None,
     }
+    if isinstance(doc.get("instances"), dict):  # a backend of several: each instance as it sees it
+        out["instances"] = _frontdoor_instances(doc["instances"])
+    return out
+
+
+def _frontdoor_instances(doc: dict[Any, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Status()'s ``instances`` (another process's answer): per backend, each instance's name, up
+    (a bool, or None) and requests in flight (a count, or None); what is not of that shape is left out."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for backend, entries in doc.items():
+        if not isinstance(backend, str) or not isinstance(entries, list):
+            continue
+        out[backend] = [
+            {
+                "instance": e["instance"],
+                "up": e.get("up") if isinstance(e.get("up"), bool) else None,
+                "in_flight": n
+                if isinstance(n := e.get("in_flight"), int) and not isinstance(n, bool) and n >= 0
+                else None,
+            }
+            for e in entries
+            if isinstance(e, dict) and isinstance(e.get("instance"), str)
+        ]
+    return out
 
 
 # --------------------------------------------------------------------------- the status JSON

@@ -897,6 +897,7 @@ class FakeFrontDoor:
         self.held = 0
         self.longest_s = 0.0
         self.listen = ["[::]:8000", "[::]:8080"]
+        self.instances: Any = None  # Status()'s "instances" (a backend of several), when set
         self._in_flight: dict[str, list[int]] = {}
         self._step: dict[str, int] = {}
         self._errors: dict[str, str | None] = {}
@@ -961,8 +962,11 @@ class FakeFrontDoor:
             return None
         with self._lock:
             counts = {b: seq[0] for b, seq in self._in_flight.items()}
-        return {"listen": list(self.listen), "held": self.held, "in_flight": counts,
-                "closed": sorted(self.closed), "daemon": "connected", "requests": 0}  # fmt: skip
+        doc = {"listen": list(self.listen), "held": self.held, "in_flight": counts,
+               "closed": sorted(self.closed), "daemon": "connected", "requests": 0}  # fmt: skip
+        if self.instances is not None:
+            doc["instances"] = self.instances
+        return doc
 
     def last_error(self, call: str) -> str | None:
         return self._errors.get(call)

@@ -72,6 +72,27 @@ def test_frontdoor_default_listen_refuses_backends_still_on_8000() -> None:
     assert parse(old).frontdoor is None  # without the table nothing changes
 
 
+INSTANCES = """
+[backends.pair]
+kind = "llama-server"
+instances = [
+  { unit = "gpushift-llama@0.service", health_url = "http://127.0.0.1:8081/health", gpus = [0] },
+  { unit = "gpushift-llama@1.service", health_url = "http://127.0.0.1:8082/health", gpus = [1] },
+]
+"""
+
+
+def test_frontdoor_listen_on_any_instances_port_is_refused() -> None:
+    # The first instance's port was checked through the backend's health_url; the second's too.
+    with pytest.raises(ConfigError) as e:
+        parse('[frontdoor]\nlisten = ["127.0.0.1:8082"]\n' + INSTANCES)
+    assert "port 8082 of backend 'pair'" in str(e.value) and "gpushift-llama@1.service" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        parse('[frontdoor]\nlisten = ["[::]:8081"]\n' + INSTANCES)
+    assert "port 8081 of backend 'pair'" in str(e.value)
+    assert parse('[frontdoor]\nlisten = ["127.0.0.1:8000"]\n' + INSTANCES).frontdoor is not None
+
+
 def test_backend_models_and_aliases() -> None:
     cfg = parse(
         BACKENDS.replace(

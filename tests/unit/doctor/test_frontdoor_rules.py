@@ -46,6 +46,25 @@ def test_ports_and_exposed_backends() -> None:
     )  # [::] takes it
 
 
+def test_every_instances_address_is_checked_for_exposure() -> None:
+    pair = """
+[daemon]
+bus = "session"
+[frontdoor]
+listen = ["127.0.0.1:8000"]
+[backends.pair]
+kind = "llama-server"
+instances = [
+  { unit = "gpushift-llama@0.service", health_url = "http://127.0.0.1:8081/health", gpus = [0] },
+  { unit = "gpushift-llama@1.service", health_url = "http://0.0.0.0:8082/health", gpus = [1] },
+]
+"""
+    found = rules.port_findings(parse(pair))
+    assert codes(found) == [("warning", "frontdoor-backend-exposed", "pair")]
+    assert "gpushift-llama@1.service" in found[0].message and "0.0.0.0:8082" in found[0].message
+    assert rules.port_findings(parse(pair.replace("0.0.0.0:8082", "127.0.0.1:8082"))) == []
+
+
 def test_model_names_against_v1_models() -> None:
     cfg = parse(CONFIG)
     names = {"day": ("qwen",), "night": ()}

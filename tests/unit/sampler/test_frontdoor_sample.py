@@ -74,6 +74,35 @@ def test_status_shows_the_front_door(world: Any, fd: Any) -> None:
     assert "front door: [::]:8000 [::]:8080 · held 3 · in flight day 2" in text.splitlines()
 
 
+def test_status_shows_the_front_doors_view_of_each_instance(world: Any, fd: Any) -> None:
+    fd.instances = {
+        "night": [
+            {"instance": "gs-night0.service", "up": True, "in_flight": 3},
+            {"instance": "gs-night1.service", "up": False, "in_flight": 0},
+        ],
+        "bad": "not a list",  # another process's answer: what is not of its shape is left out
+        "odd": [{"instance": 7}, "x", {"instance": "u", "up": "yes", "in_flight": -1}],
+    }
+    sampler = Sampler(world.config, world.ports, period_s=2.0)
+    sampler.sample_once()
+    s = status(world, sampler)
+    assert s["frontdoor"]["instances"] == {
+        "night": [
+            {"instance": "gs-night0.service", "up": True, "in_flight": 3},
+            {"instance": "gs-night1.service", "up": False, "in_flight": 0},
+        ],
+        "odd": [{"instance": "u", "up": None, "in_flight": None}],
+    }
+    lines = render_status(s).splitlines()
+    assert "front door night: gs-night0.service up 3 · gs-night1.service DOWN 0" in lines, lines
+    assert "front door odd: u ? ?" in lines, lines
+    fd.instances = None  # a front door without a backend of several: no key, no line
+    sampler.sample_once()
+    s = status(world, sampler)
+    assert "instances" not in s["frontdoor"]
+    assert not [x for x in render_status(s).splitlines() if x.startswith("front door ")]
+
+
 def test_status_says_when_the_front_door_does_not_answer(world: Any, fd: Any) -> None:
     fd.absent = True
     sampler = Sampler(world.config, world.ports, period_s=2.0)
