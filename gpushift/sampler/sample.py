@@ -71,6 +71,8 @@ class BackendSample:
     # A backend of several instances (issue 23): each instance's unit as read, by unit name.
     instances: tuple[tuple[str, Figure[UnitState] | None], ...] = ()
     instance_health: tuple[tuple[str, Figure[Health]], ...] = ()  # each running instance's health
+    # ... and since when each instance's health has failed while its unit is active (sampler/failing.py)
+    instance_unhealthy: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
