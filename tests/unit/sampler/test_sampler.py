@@ -502,3 +502,23 @@ def test_sampler_lanes_are_joined_by_the_cycle_alone(world: Any, monkeypatch: An
         world.clock.advance(PERIOD)
     assert any(lane == "sampler-units" for _, lane in callers)
     assert {who for who, _ in callers} == {threading.current_thread().name}, sorted(set(callers))
+
+
+def test_sampler_each_instance_has_its_own_unhealthy_since_cleared_by_a_new_process(make_world: Any) -> None:
+    from tests.support.instances import N0, N1, with_instances
+
+    w = with_instances(make_world())
+    w.boot("day")
+    assert w.switch("night").ok
+    s = sampler(w)
+    assert s.sample_once().backend("night").instance_unhealthy == ()  # type: ignore[union-attr]
+    w.probe.hang("http://127.0.0.1:18082/health")  # instance 1 stops answering, its unit active
+    hung_at = w.clock.monotonic()
+    s.sample_once()
+    w.clock.advance(7)
+    night = s.sample_once().backend("night")
+    assert night is not None and night.instance_unhealthy == ((N1, hung_at),)  # N0 answers: not listed
+    w.units.set_stopped(N1)
+    w.units.set_running(N1)  # a new process answers again
+    assert s.sample_once().backend("night").instance_unhealthy == ()  # type: ignore[union-attr]
+    assert w.units.is_running(N0)
