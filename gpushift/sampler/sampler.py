@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpushift.config.instances import pick, units_of, view_of_unit
+from gpushift.config.instances import needed, pick, units_of, view_of_unit
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError
 from gpushift.host.nulllog import NULL_LOG
@@ -377,6 +377,7 @@ class Sampler:
                             (u, self._figures.get(f"instance:{u}")) for u in units_of(b) if b.instances
                         ),
                         instance_health=(ih := self._instance_health(b)),
+                        needed=needed(b),
                         instance_unhealthy=instance_unhealthy(
                             prev.backend(name), b, self._figures, ih, now, period
                         ),
