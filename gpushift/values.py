@@ -260,6 +260,7 @@ class UnitState:
     fragment_path: str = ""
     drop_in_paths: tuple[str, ...] = ()
     environment: tuple[str, ...] = ()  # "KEY=value" from Environment=
+    environment_files: tuple[tuple[str, bool], ...] = ()  # EnvironmentFile=: (path, may be missing)
     working_directory: str = ""
     user: str = ""
     kill_mode: str = ""

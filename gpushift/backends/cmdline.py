@@ -40,6 +40,7 @@ _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _NUMBER = re.compile(r"-\d+(\.\d+)?")
 _VAR_WORD = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _VAR_BRACED = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _is_flag(tok: str) -> bool:
@@ -182,6 +183,30 @@ def environment(entries: Sequence[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if sep and key:
             out[key] = value
+    return out
+
+
+def environment_file(text: str) -> dict[str, str]:
+    """An ``EnvironmentFile=``'s variables, as systemd.exec(5) reads them: ``KEY=value`` lines,
+    blank lines and those starting with ``#`` or ``;`` skipped, whitespace around the key and
+    the value dropped, a value in single or double quotes taken without them (escapes inside them
+    are not undone), a line ending in a backslash continued on the next; a line whose key is not a
+    variable name is skipped (systemd ignores it too); later ones win."""
+    out: dict[str, str] = {}
+    lines = iter(text.splitlines())
+    for line in lines:
+        while line.endswith("\\"):
+            line = line[:-1] + next(lines, "")
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not _ENV_NAME.fullmatch(key):
+            continue
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key] = value
     return out
 
 

@@ -82,3 +82,18 @@ class BackendWatcher:
         if now - sample.taken_at > 2 * sample.period_s:
             return None  # the sampler is behind: do not judge a backend on an old picture
         return float(now - b.unhealthy_since)
+
+    def instances_unhealthy_for(self, backend: str) -> dict[str, float]:
+        """A backend of several instances: per instance whose health the sampler has seen fail
+        without a break (its unit active), for how long (by unit; none when the sampler is behind)."""
+        sample = self.sampler.snapshot() if self.sampler is not None else None
+        b = sample.backend(backend) if sample is not None else None
+        now = self.ports.clock.monotonic()
+        if (
+            sample is None
+            or b is None
+            or sample.taken_at is None
+            or now - sample.taken_at > 2 * sample.period_s
+        ):
+            return {}
+        return {u: float(now - since) for u, since in b.instance_unhealthy}

@@ -139,6 +139,7 @@ def check_backend(
     listeners: Mapping[int, Holder] | None = None,
     known_gpus: Mapping[int, str] | None = None,
     accepted_gpu_uuids: Collection[str] = (),
+    env_unread: Sequence[str] = (),
 ) -> list[Finding]:
     """Every finding about launching one backend on this host.
 
@@ -147,7 +148,8 @@ def check_backend(
     Args:
         backend: the backend's config (its ``kind`` selects its row of ``KINDS``).
         argv: its command as written in the unit (``${VAR}`` may be unexpanded) or as run.
-        env: the unit's ``Environment=`` (see :func:`gpushift.backends.cmdline.environment`).
+        env: the unit's ``Environment=`` and its ``EnvironmentFile=``s' variables
+            (:func:`gpushift.doctor.facts.unit_environment`).
         facts: the host's GPU facts from the GPU provider.
         unit: systemd's view of the unit, or ``None`` when it could not be read.
         path_exists: tells whether a filesystem path exists (relative paths are resolved against
@@ -163,13 +165,14 @@ def check_backend(
         listeners: who listens on which TCP port right now.
         known_gpus: the GPUs (index -> UUID) as the last launch saw them.
         accepted_gpu_uuids: new UUIDs a person accepted after replacing a card.
+        env_unread: the unit's environment files that could not be read, one line each.
 
     Returns:
         The findings, in rule order (not sorted by severity).
     """
     name = backend.name
     kind = KINDS.get(backend.kind)
-    out = common.environment_rules(name, argv, env)
+    out = common.environment_rules(name, argv, env, env_unread)
     args = cmdline.expand(argv, env)
     gpus = backend_gpus(backend, env, facts)
     out.extend(common.gpu_facts_rules(name, facts))
@@ -248,9 +251,10 @@ def check_all(
                 listeners=listeners,
                 known_gpus=known_gpus,
                 accepted_gpu_uuids=accepted_gpu_uuids,
+                env_unread=item.env_unread,
             )
         )
-        out.extend(instance_findings(item.backend, item.instance_units))
+        out.extend(instance_findings(item.backend, item.instance_units, item.instance_env))
     return out
 
 

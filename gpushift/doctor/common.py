@@ -41,19 +41,24 @@ USEC_INFINITY = 2**64 - 1
 _PORT = ("--port",)
 
 
-def environment_rules(name: str, argv: Sequence[str], env: Mapping[str, str]) -> list[Finding]:
-    """Variables the command uses that the unit's ``Environment=`` does not set."""
+def environment_rules(
+    name: str, argv: Sequence[str], env: Mapping[str, str], unread: Sequence[str] = ()
+) -> list[Finding]:
+    """Variables the command uses that neither the unit's ``Environment=`` nor its
+    ``EnvironmentFile=``s set (``env`` holds both; ``unread``: the files that could not be read)."""
     missing = cmdline.undefined_variables(argv, env)
     if not missing:
         return []
+    why = f" (not read: {'; '.join(unread)})" if unread else ""
     return [
         Finding(
             WARNING,
             ENV_UNDEFINED,
             name,
-            f"the command uses {', '.join('$' + v for v in missing)}, which the unit's Environment= does "
-            "not set: systemd makes an unset variable empty (unless an EnvironmentFile= sets it)",
-            "set it with Environment= in the unit or a drop-in",
+            f"the command uses {', '.join('$' + v for v in missing)}, which neither the unit's Environment= "
+            f"nor its EnvironmentFile= sets{why}: systemd makes an unset variable empty",
+            "set it with Environment= in the unit or a drop-in, or in its EnvironmentFile="
+            + (" (and make that file readable)" if unread else ""),
         )
     ]
 
@@ -204,7 +209,7 @@ def _url_port(url: str) -> int | None:
         return None
 
 
-def _url_is_local(url: str) -> bool:
+def url_is_local(url: str) -> bool:
     host = (urlsplit(url).hostname or "").lower()
     return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
 
@@ -248,7 +253,8 @@ def port_rules(
                 "stop that process or move the backend to another port",
             )
         )
-    if backend.kind in KINDS and _url_is_local(backend.health_url):
+    if backend.kind in KINDS and url_is_local(backend.health_url) and not backend.instances:
+        # (a backend of several instances: each instance's port, doctor/instances.py)
         hport = _url_port(backend.health_url)
         if hport is not None and hport != port:
             out.append(

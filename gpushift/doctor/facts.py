@@ -8,6 +8,7 @@ count there) and by ``gpushift check``.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,6 +26,8 @@ from gpushift.values import Holder, HostGpuFacts, UnitState
 
 #: A model directory's ``config.json`` larger than this is not read (they are a few KiB).
 CONFIG_JSON_LIMIT_BYTES = 1024 * 1024
+#: A unit's ``EnvironmentFile=`` larger than this is not read (they are a few lines).
+ENV_FILE_LIMIT_BYTES = 256 * 1024
 
 
 def tcp_listeners() -> dict[int, Holder]:
@@ -104,6 +107,29 @@ def _checkpoint(backend_kind: str, argv: Sequence[str], env: dict[str, str]) -> 
     return doctor.checkpoint_facts_from_config(data) if isinstance(data, dict) else None
 
 
+def unit_environment(st: UnitState | None) -> tuple[dict[str, str], list[str]]:
+    """The variables ``st``'s command sees: its ``Environment=``, then each ``EnvironmentFile=``
+    (systemd's order: a file's setting wins), each file read bounded and only when it is a regular
+    file (safefile.py), a wildcard expanded as systemd does.  Also, one line per file that could
+    not be read (a ``-`` file that is missing is no such line: systemd does not need it)."""
+    env = cmdline.environment(st.environment if st else ())
+    unread: list[str] = []
+    for pattern, optional in st.environment_files if st else ():
+        paths = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        for path in paths:
+            try:
+                text = safefile.read_bounded(path, ENV_FILE_LIMIT_BYTES).decode("utf-8", "replace")
+            except FileNotFoundError:
+                if not optional:
+                    unread.append(f"{path}: does not exist")
+                continue
+            except OSError as e:  # unreadable (not root?), not a regular file, too large
+                unread.append(f"{path}: {e.strerror or e}")
+                continue
+            env.update(cmdline.environment_file(text))
+    return env, unread
+
+
 def _ledger_memory(ledger: Ledger | None) -> tuple[dict[str, str], dict[str, int], dict[int, str] | None]:
     """The last version of each backend, the corrected ECC counts at the last launch, and the GPUs
     (index -> UUID) the last successful launch saw (None: no launch recorded yet)."""
@@ -154,20 +180,23 @@ def run_checks(
             except GpushiftError:
                 st = None
         states[name] = st
-        env = cmdline.environment(st.environment if st else ())
+        env, unread = unit_environment(st)
         argv = list(st.exec_start) if st else []
         version = versions.get(name)
         if probe_versions and b.version_command:
             version = run_version_command(b.version_command).version or version
+        several = _instance_units(units, b) if only in (None, name) else None
         inputs.append(
             doctor.BackendInput(
                 backend=b,
                 unit=st,
                 argv=argv,
                 env=env,
+                env_unread=tuple(unread),
                 version=version,
                 checkpoint=_checkpoint(b.kind, argv, env) if only in (None, name) else None,
-                instance_units=_instance_units(units, b) if only in (None, name) else None,
+                instance_units=several,
+                instance_env={u: unit_environment(s)[0] for u, s in (several or {}).items() if s is not None},
             )
         )
     findings = doctor.check_all(

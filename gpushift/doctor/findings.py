@@ -107,11 +107,14 @@ class BackendInput:
     unit: UnitState | None
     argv: Sequence[str] | None = None  # None: the unit's ExecStart
     env: Mapping[str, str] | None = None  # None: the unit's Environment=
+    env_unread: tuple[str, ...] = ()  # its EnvironmentFile=s that could not be read, one line each
     version: str | None = None
     checkpoint: CheckpointFacts | None = None
     # A backend of several instances: each instance's unit as systemd reports it, by unit name
     # (None: not asked or unreadable), read by gpushift/doctor/instances.py.
     instance_units: Mapping[str, UnitState | None] | None = None
+    # ... and the variables each instance's command sees (Environment=, EnvironmentFile=), by unit
+    instance_env: Mapping[str, Mapping[str, str]] | None = None
 
 
 # The front door's codes (``gpushift check``'s front door section, gpushift/doctor/frontdoor.py).

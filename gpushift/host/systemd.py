@@ -49,7 +49,7 @@ _UNIT_KEYS = frozenset({"LoadState", "ActiveState", "SubState", "FragmentPath", 
 _SERVICE_KEYS = frozenset({
     "ExecStart", "Result", "MainPID", "Environment", "WorkingDirectory", "User", "KillMode", "SendSIGKILL",
     "TimeoutStopUSec", "ExecMainStartTimestamp", "ExecMainCode", "ExecMainStatus", "NRestarts",
-    "ControlGroup",
+    "ControlGroup", "EnvironmentFiles",
 })  # fmt: skip
 _EXIT_KEYS = frozenset({"InactiveExitTimestampMonotonic"})
 
@@ -235,6 +235,8 @@ class SystemdUnits:
             fragment_path=str(u.get("FragmentPath", "")),
             drop_in_paths=tuple(str(p) for p in u.get("DropInPaths", ())),
             environment=tuple(str(e) for e in s.get("Environment", ())),
+            # a(sb): each EnvironmentFile= (its path, and whether a leading "-" lets it be missing)
+            environment_files=tuple((str(f[0]), bool(f[1])) for f in s.get("EnvironmentFiles", ())),
             # A leading "!" is systemd's "missing is fine" flag, not part of the path.
             working_directory=str(s.get("WorkingDirectory", "")).lstrip("!"),
             user=str(s.get("User", "")),

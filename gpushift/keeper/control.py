@@ -28,6 +28,7 @@ class SwitchControl(Protocol):
         verify_running: bool = ...,
         recovery_attempt: int = ...,
         details: Mapping[str, str] | None = ...,
+        restart_instances: tuple[str, ...] = ...,
     ) -> str: ...
 
     def take_finished(self) -> list[SwitchRun]: ...
@@ -58,6 +59,10 @@ class BackendWatch(Protocol):
 
     def unhealthy_for(self, backend: str) -> float | None:
         """Seconds the backend's health has failed without a break while its unit is active."""
+        ...
+
+    def instances_unhealthy_for(self, backend: str) -> dict[str, float]:
+        """The same per instance of a backend of several (by unit; those failing only)."""
         ...
 
     def busy(self, backend: str) -> tuple[int | None, float | None]:

@@ -118,6 +118,7 @@ class Relaunch:
     before: str | None = None  # the backend that served before it (the fallback's target)
     fell_back: bool = False  # its relaunches gave up and the fallback was asked for
     converge: bool = False  # it serves on its other instances: start those that are down (issue 23)
+    hung: tuple[str, ...] = ()  # ... and restart these instances alone (running, health failing)
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,7 @@ class Switch:
     skip_drain: bool = False
     verify_running: bool = False  # a running target is health-checked and its launch recorded
     recovery_attempt: int = 0
+    restart_instances: tuple[str, ...] = ()  # with verify_running: these instances are restarted alone
 
 
 @dataclass(frozen=True)
@@ -297,9 +299,9 @@ def _watch(
         fields = {"backend": inc.backend, "outcome": inc.outcome.value, "detail": inc.detail}
         actions += [Log("warning", f"backend_{inc.outcome.value}", fields), RecordIncident(inc)]
         if not inc.serving_again:
-            wedged = inc.outcome is Outcome.UNHEALTHY or inc.restart  # restart: some instances still run
+            wedged = inc.restart if inc.unit else inc.outcome is Outcome.UNHEALTHY  # an instance's: it says
             relaunch = Relaunch(
-                inc.backend, s.now, inc.detail, restart=wedged, before=s.before, converge=inc.converge
+                inc.backend, s.now, inc.detail, wedged, s.before, converge=inc.converge, hung=inc.hung
             )
             if not wedged and not inc.converge:
                 actions.append(Adopt(OFF, force=True))  # it is gone: what serves now is nothing
@@ -490,8 +492,8 @@ def decide(s: Snapshot) -> Decision:
     trigger = Trigger.RECOVERY if bringing_back else s.trigger
     reason = f"relaunch: {relaunch.why}" if bringing_back and relaunch is not None else why
     verify = restart or converge  # converge: start what is down of it (issue 23), the rest serves on
-    actions.append(
-        Switch(wants, reason, trigger, actual, relaunch=restart, details=details, verify_running=verify)
-    )
+    again = relaunch.hung if converge and relaunch is not None else ()  # and restart its hung instances
+    sw = Switch(wants, reason, trigger, actual, restart, details, verify_running=verify)
+    actions.append(replace(sw, restart_instances=again))
     verb = "relaunching" if restart else "switching"
     return Decision(tuple(actions), f"{verb} {actual} -> {wants}", a, blocked, relaunch)

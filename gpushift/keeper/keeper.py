@@ -255,8 +255,9 @@ class Keeper:
             if w.instances:  # a backend of several: each instance watched (watch.observe_instances)
                 jobs = self.watch.foreign_job if self.watch is not None else None
                 now, seen = self.switcher.instance_states(established), self.seen_instances
+                hung = self.watch.instances_unhealthy_for(established) if self.watch is not None else {}
                 inc, self.seen_instances = observe_instances(
-                    established, now, seen, jobs, w.min_ready, w.unhealthy_after_s
+                    established, now, seen, jobs, w.min_ready, w.unhealthy_after_s, hung
                 )
                 obs = Observation(incident=inc)
             else:
@@ -319,6 +320,7 @@ class Keeper:
                 verify_running=a.verify_running,
                 recovery_attempt=a.recovery_attempt,
                 details=a.details,
+                restart_instances=a.restart_instances,
             )
         except SwitchInProgress:
             if asked:

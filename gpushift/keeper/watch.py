@@ -51,6 +51,7 @@ class Incident:
     unit: str = ""  # a backend of several instances: the instance's unit this happened to
     restart: bool = False  # relaunch through the whole gate, stopping what still runs of it first
     converge: bool = False  # it serves on its other instances: start the ones that are down (issue 23)
+    hung: tuple[str, ...] = ()  # ... and restart these, running but not answering (converge only)
 
 
 @dataclass(frozen=True)
@@ -113,35 +114,51 @@ def observe_instances(
     foreign_job: Callable[[str], bool | None] | None,
     needed: int,
     unhealthy_after_s: float,
+    unhealthy: Mapping[str, float] | None = None,
 ) -> tuple[Incident | None, dict[str, Seen]]:
     """What happened to the instances of ``backend`` (a backend of several, issue 23) since
     ``seen`` (by unit; ``foreign_job``: whether a job gpushift did not start ran on a unit, see
-    :func:`observe`): the first instance that exited by itself (its unit in the incident), and
-    what to remember of each running one.
+    :func:`observe`; ``unhealthy``: for how long each instance's health has failed while its unit
+    is active): the first instance that exited by itself or hung (its health failing for
+    ``unhealthy_after_s``; its unit in the incident), and what to remember of each running one.
 
     An instance not seen running since the switch (it failed there, and that row says so) is not
-    a crash.  While ``needed`` (``min_ready``) instances still run, the backend serves: the
-    instances that are down are started again, each after the gate saw its GPUs free, the others
-    untouched (``converge``); with fewer, the backend is relaunched through the whole gate
-    (``restart``: what still runs of it is stopped first), or, with none left, started again as
-    after any crash.
+    a crash.  The backend serves while ``needed`` (``min_ready``) instances run and are not hung:
+    then the instances that are down are started again and the hung ones restarted (``hung``),
+    each after the gate saw its GPUs free, the others untouched (``converge``); with fewer, the
+    backend is relaunched through the whole gate (``restart``: what still runs of it is stopped
+    first), or, with none left running, started again as after any crash.
     """
     now: dict[str, Seen] = {}
-    crashed: list[Incident] = []
+    incidents: list[Incident] = []
+    hung: list[str] = []
     for unit, st in states.items():
         prev = seen.get(unit)
         prev = prev if prev is not None and prev.backend == backend else None  # seen before a switch
         if prev is None and st.exited:
             continue
-        o = observe(backend, st, prev, foreign_job(unit) if foreign_job else None, None, unhealthy_after_s)
+        failing = (unhealthy or {}).get(unit)
+        jobs = foreign_job(unit) if foreign_job else None
+        o = observe(backend, st, prev, jobs, failing, unhealthy_after_s)
         if o.seen is not None:
             now[unit] = o.seen
         if o.incident is not None:
-            crashed.append(replace(o.incident, unit=unit))
-    if not crashed:
+            inc = replace(o.incident, unit=unit)
+            if inc.outcome is Outcome.UNHEALTHY:
+                hung.append(unit)
+                why = (
+                    f"{unit} has not answered its health URL for {failing or 0:.0f}s while its unit is active"
+                )
+                inc = replace(inc, detail=why)
+            incidents.append(inc)
+    if not incidents:
         return None, now
-    serving = sum(1 for st in states.values() if st.running and not st.exited)
-    first = crashed[0]
-    detail = f"{first.detail}; {serving} of {len(states)} instances of {backend} run ({needed} needed)"
+    running = sum(1 for st in states.values() if st.running and not st.exited)
+    serving = running - len(hung)
+    first = incidents[0]
+    how = "run" if not hung else "run and answer"
+    detail = f"{first.detail}; {serving} of {len(states)} instances of {backend} {how} ({needed} needed)"
     enough = serving >= needed
-    return replace(first, detail=detail, restart=0 < serving < needed, converge=enough), now
+    restart = not enough and running > 0
+    again = tuple(hung) if enough else ()
+    return replace(first, detail=detail, restart=restart, converge=enough, hung=again), now

@@ -71,6 +71,9 @@ class BackendSample:
     # A backend of several instances (issue 23): each instance's unit as read, by unit name.
     instances: tuple[tuple[str, Figure[UnitState] | None], ...] = ()
     instance_health: tuple[tuple[str, Figure[Health]], ...] = ()  # each running instance's health
+    # ... and since when each instance's health has failed while its unit is active (sampler/failing.py)
+    instance_unhealthy: tuple[tuple[str, float], ...] = ()
+    needed: int = 1  # how many instances must answer for it to serve (min_ready)
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,10 @@ def verdict(sample: Sample, now: float) -> Verdict:
     """Who serves, from the sample alone.
 
     A backend serves only when its unit is the one running, is ``active``, and its health answered
-    OK within the last :data:`STALE_PERIODS` periods.  ``off`` needs every unit known not running.
+    OK within the last :data:`STALE_PERIODS` periods; a backend of several instances, when at
+    least ``min_ready`` of its instances' health answered OK so (issue 23: one hung instance does
+    not stop it serving, nor does its first instance answering make it serve).  ``off`` needs
+    every unit known not running.
     """
     p = sample.period_s
     if sample.seq == 0:
@@ -153,6 +159,12 @@ def verdict(sample: Sample, now: float) -> Verdict:
     st = serving.state.value
     if st.active_state != "active":
         return Verdict(None, (name,), f"{name} is {st.active_state} ({st.sub_state}), not serving")
+    if serving.instances:
+        ok = sum(1 for _u, f in serving.instance_health if _instance_health(f, now, p) == "ok")
+        if ok >= serving.needed:
+            return Verdict(name, (name,))
+        n, need = len(serving.instances), serving.needed
+        return Verdict(None, (name,), f"{name}: {ok} of {n} instances answer their health ({need} needed)")
     h = serving.health
     if h is None:
         return Verdict(None, (name,), f"{name}: health not polled yet")

@@ -24,11 +24,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpushift.config.instances import pick, units_of, view_of_unit
+from gpushift.config.instances import needed, pick, units_of, view_of_unit
 from gpushift.config.schema import Config
 from gpushift.errors import GpushiftError
 from gpushift.host.nulllog import NULL_LOG
 from gpushift.ports import BackendProbe, Clock, FrontDoorPort, GpuProbe, Ports, UnitControl
+from gpushift.sampler.failing import instance_unhealthy, unhealthy_since
 from gpushift.sampler.sample import BackendSample, Figure, Sample, larger_in_flight
 from gpushift.values import GpuReading, Health, UnitState
 
@@ -375,7 +376,11 @@ class Sampler:
                         instances=tuple(
                             (u, self._figures.get(f"instance:{u}")) for u in units_of(b) if b.instances
                         ),
-                        instance_health=self._instance_health(b),
+                        instance_health=(ih := self._instance_health(b)),
+                        needed=needed(b),
+                        instance_unhealthy=instance_unhealthy(
+                            prev.backend(name), b, self._figures, ih, now, period
+                        ),
                     )
                 )
             gpus = self._figures.get(GPU)
@@ -396,41 +401,6 @@ class Sampler:
             self._snap = snap
             self._cond.notify_all()
         return snap
-
-
-def unhealthy_since(
-    prev: BackendSample | None,
-    state: Figure[Any] | None,
-    health: Figure[Any] | None,
-    now: float,
-    period_s: float,
-) -> float | None:
-    """Since when a backend's health has failed continuously while its unit is ``active``.
-
-    Cleared by an OK answer, by the unit not being active, and by a new main process (a restarted
-    server loads its model again).  A health endpoint that has not answered for two periods counts
-    as failing from the moment that was noticed.  While the unit's state is unknown the previous
-    value stands.
-    """
-    if state is None or state.value is None or state.stale(now, period_s):
-        return prev.unhealthy_since if prev is not None else None
-    unit = state.value
-    if unit.active_state != "active":
-        return None
-    same_process = (
-        prev is not None
-        and prev.state is not None
-        and prev.state.value is not None
-        and prev.state.value.main_pid == unit.main_pid
-    )
-    before = prev.unhealthy_since if prev is not None and same_process else None
-    if health is None:
-        return before
-    if health.stale(now, period_s):
-        return before if before is not None else now
-    if health.error is None and health.value is not None and health.value.ok:
-        return None
-    return before if before is not None else health.at
 
 
 def idle_since(

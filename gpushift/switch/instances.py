@@ -36,6 +36,7 @@ from gpushift.config.types import InstanceConfig
 from gpushift.errors import GpushiftError
 from gpushift.ports import UnitControl
 from gpushift.switch import records
+from gpushift.switch.phases import allowed
 from gpushift.switch.run import StepFailed, SwitchRun
 from gpushift.switch.steps import Steps
 from gpushift.values import Phase, SwitchRecord, UnitState
@@ -102,7 +103,12 @@ def stop(steps: Steps, run: SwitchRun, config: Config, b: BackendConfig) -> None
         steps.stop(run, config, b)
         return
     jobs = [_bind(steps.stop, run, config, view(b, i)) for i in b.instances]
-    failures = [r for r in parallel(jobs, f"stop-{run.ticket}") if isinstance(r, Exception)]
+    _raise_failures(parallel(jobs, f"stop-{run.ticket}"))
+
+
+def _raise_failures(results: Sequence[object]) -> None:
+    """The stops' failures, as one that fails the stop."""
+    failures = [r for r in results if isinstance(r, Exception)]
     if not failures:
         return
     _raise_bugs(failures)
@@ -158,8 +164,17 @@ def start(
 def _relaunch_gate(
     steps: Steps, run: SwitchRun, config: Config, b: BackendConfig, into: dict[str, Any]
 ) -> list[int]:
-    """The instances of a running ``b`` that do not run (by index), once the gate saw their GPUs
-    free (every GPU when one of them names none); recorded as ``into["relaunched"]``."""
+    """The instances of a running ``b`` that do not run (by index), with those of
+    ``run.restart_instances`` (hung: running, health failing) once stopped (in parallel, each
+    waited on; not drained: they answer nothing), once the gate saw their GPUs free (every GPU when
+    one of them names none); recorded as ``into["relaunched"]`` (and ``into["restarted"]``)."""
+    hung = [n for n, i in enumerate(b.instances) if i.unit in run.restart_instances]
+    if hung:
+        into["restarted"] = [b.instances[n].unit for n in hung]
+        if not allowed(run.phase, Phase.STOP):  # from the intent row: the drain, with nothing to drain
+            steps.report(run, Phase.DRAIN, f"not draining {', '.join(into['restarted'])}: not answering")
+        jobs = [_bind(steps.stop, run, config, view(b, b.instances[n])) for n in hung]
+        _raise_failures(parallel(jobs, f"stop-{run.ticket}"))
     down = [n for n, i in enumerate(b.instances) if not steps.ports.units.state(i.unit).running]
     if not down:
         return down

@@ -204,12 +204,14 @@ class Switcher:
         verify_running: bool = False,
         recovery_attempt: int = 0,
         details: Mapping[str, str] | None = None,
+        restart_instances: tuple[str, ...] = (),
     ) -> str:
         """Queue a switch to ``target`` and return its ticket at once.
 
         ``relaunch``: a running target is stopped and started again through the whole gate
         (``gpushift switch X --restart``).  ``verify_running``: a running target is not taken as
-        done but health-checked and its launch recorded (crash recovery).  ``details``: facts for
+        done but health-checked and its launch recorded (crash recovery; ``restart_instances``: those
+        instances of it, hung, are stopped and started again alone).  ``details``: facts for
         the ledger row, each under its own key in its ``extra`` (e.g. the calendar exception a
         scheduled switch follows).
 
@@ -243,6 +245,7 @@ class Switcher:
                 verify_running=verify_running,
                 recovery_attempt=recovery_attempt,
                 details=dict(details or {}),
+                restart_instances=list(restart_instances),
             )
             self._run = run
             self._worker = threading.Thread(

@@ -99,6 +99,7 @@ class SwitchRun:
     ledger_id: int | None = None
     rollback_to: str | None = None  # set once the failure policy rolls back
     details: dict[str, str] = field(default_factory=dict)  # facts for the row's extra (named keys)
+    restart_instances: list[str] = field(default_factory=list)  # verify_running: hung ones restarted
     # --- while it runs, never written down (not in to_dict):
     plan: Plan | None = field(default=None, compare=False, repr=False)  # from the preflight on
     persisted: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # last written
@@ -175,6 +176,7 @@ class SwitchRun:
             "ledger_id": self.ledger_id,
             "rollback_to": self.rollback_to,
             "details": dict(self.details),
+            "restart_instances": list(self.restart_instances),
         }
 
     @staticmethod
@@ -202,6 +204,7 @@ class SwitchRun:
             ledger_id=None if d.get("ledger_id") is None else int(d["ledger_id"]),
             rollback_to=d.get("rollback_to"),
             details={str(k): str(v) for k, v in (d.get("details") or {}).items()},
+            restart_instances=[str(u) for u in d.get("restart_instances") or []],
         )
 
 

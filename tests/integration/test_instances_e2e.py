@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ class InstancesEnv(GpushiftEnv):
     """The rig, with night0 and night1 written into the config as one backend "night"."""
 
     min_ready: int | None = None
+    night_lines: tuple[str, ...] = ()  # more keys of [backends.night]
 
     def config_text(self) -> str:
         text = super().config_text()
@@ -47,6 +49,7 @@ class InstancesEnv(GpushiftEnv):
         ]
         if self.min_ready is not None:
             lines.append(f"min_ready = {self.min_ready}")
+        lines += list(self.night_lines)
         return head + "\n".join(lines) + "\n"
 
     def unit_text(self, b: Backend) -> str:
@@ -65,16 +68,22 @@ class InstancesEnv(GpushiftEnv):
 
 @pytest.fixture
 def night(sandbox: Any) -> Any:
-    """``night(n1_args=[...], min_ready=N)``: the rig up, day serving."""
+    """``night(n1_args=[...], min_ready=N, night_lines=[...], **daemon_opts)``: the rig up, day serving."""
 
-    def build(n1_args: tuple[str, ...] = (), min_ready: int | None = None) -> InstancesEnv:
+    def build(
+        n1_args: tuple[str, ...] = (),
+        min_ready: int | None = None,
+        night_lines: tuple[str, ...] = (),
+        **opts: Any,
+    ) -> InstancesEnv:
         backends = [
             Backend("day", free_port(), [0, 1], version="1.1.0", vram_mib=14500),
             Backend("night0", free_port(), [0], version="2.0.0", vram_mib=6800),
             Backend("night1", free_port(), [1], version="2.0.0", vram_mib=6800, args=list(n1_args)),
         ]
-        env = InstancesEnv(sandbox, Path(sandbox.base_dir) / "gs", backends)
+        env = InstancesEnv(sandbox, Path(sandbox.base_dir) / "gs", backends, **opts)
         env.min_ready = min_ready
+        env.night_lines = night_lines
         env.up()
         env.cli("switch", "day", "--reason", "setup", check=True)
         assert env.active_state(DAY) == "active"
@@ -182,6 +191,41 @@ def test_instances_a_crash_between_switches_is_a_row_and_only_that_instance_is_r
     assert env.main_pid(N0) == n0_pid
     st = env.status()
     assert st["active"] == "night", st["active"]
+
+
+def _health(env: InstancesEnv, backend: str, mode: str) -> None:
+    """The stand-in's /health from now on: ``ok``, ``fail`` or ``hang`` (never answers)."""
+    port = env.backends[backend].port
+    body = json.dumps({"mode": mode}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/_standin/health", data=body, method="POST")
+    req.add_header("Content-Type", "application/json")
+    urllib.request.urlopen(req, timeout=5).read()
+
+
+def test_instances_a_hung_instance_is_a_row_and_only_it_is_restarted(night: Any) -> None:
+    env = night(
+        min_ready=1, night_lines=("unhealthy_after_s = 5",), sample_interval_s=0.5, reconcile_interval_s=1
+    )
+    env.cli("switch", "night", "--reason", "evening", check=True)
+    n0_pid, n1_pid = env.main_pid(N0), env.main_pid(N1)
+    _health(env, "night1", "hang")  # instance 1's unit stays active, its /health never answers
+
+    def row_of(outcome: str, trigger: str) -> dict[str, Any] | None:
+        rows = [r for r in env.ledger() if r["outcome"] == outcome and r["trigger"] == trigger]
+        return rows[0] if rows else None
+
+    env.wait_for(lambda: row_of("unhealthy", "watch") is not None, 60, "the unhealthy row of instance 1")
+    row = env.ledger_row(row_of("unhealthy", "watch")["id"])  # type: ignore[index]
+    assert row["unit"] == N1 and row["to"] == "night", row
+    assert row["extra"]["incident"]["unit"] == N1 and row["extra"]["incident"]["serving"] is True
+    env.wait_for(lambda: row_of("ok", "recovery") is not None, 60, "the restart's row")
+    again = env.ledger_row(row_of("ok", "recovery")["id"])  # type: ignore[index]
+    assert again["extra"]["restarted"] == [N1] and again["extra"]["relaunched"] == [N1], again
+    assert env.main_pid(N0) == n0_pid  # the healthy instance served on, untouched
+    assert env.main_pid(N1) not in (0, n1_pid)  # the hung one is a new process
+    assert env.active_state(N1) == "active"
+    env.wait_for(lambda: env.status()["active"] == "night", 20, "status to show night serving")
+    assert len([r for r in env.ledger() if r["outcome"] == "unhealthy"]) == 1  # no second restart
 
 
 def test_instances_gpushift_check_refuses_two_instances_on_one_gpu(night: Any) -> None:

@@ -122,6 +122,21 @@ def test_systemd_units_state_reports_unit_file_dropins_and_kill_settings(sandbox
     assert "standin-b.service" in st.conflicts
 
 
+def test_systemd_units_state_reports_environment_files_and_whether_each_may_be_missing(
+    sandbox, install_standin, units, tmp_path
+):
+    a = install_standin("standin-a.service")
+    must, may = tmp_path / "a.env", tmp_path / "gone.env"
+    must.write_text("PORT=1\n")
+    sandbox.install_dropin(
+        a.name, "50-env.conf", f"[Service]\nEnvironmentFile={must}\nEnvironmentFile=-{may}\n"
+    )
+    sandbox.daemon_reload()
+
+    st = units.state(a.name)
+    assert st.environment_files == ((str(must), False), (str(may), True))
+
+
 def test_systemd_units_state_of_a_unit_without_file_is_not_found(sandbox, units):
     st = units.state("no-such-backend.service")
     assert st.load_state == "not-found"

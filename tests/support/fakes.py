@@ -535,6 +535,7 @@ class _HealthScript:
     unit: str | None
     polls: int = 0
     pid: int = 0
+    hung_pid: int = 0  # while its unit's main process is this one, it answers nothing (hang)
 
 
 @dataclass
@@ -642,6 +643,13 @@ class FakeProbe:
             unit = old.unit  # re-scripting a URL keeps its binding to the unit
         self._health[url] = _HealthScript(ok_after, before, unit)
 
+    def hang(self, url: str) -> None:
+        """The process now behind ``url`` (bound to a unit) stops answering: every poll times out
+        until its unit's main process is another one (a restart)."""
+        s = self._health[url]
+        assert s.unit is not None and self.units is not None, "hang() needs a URL bound to a unit"
+        s.hung_pid = self.units.units[s.unit].main_pid
+
     def set_in_flight(self, backend: str, start: int | None, step: int = 1) -> None:
         """Requests in flight on ``backend``: ``start``, then ``step`` fewer at each poll (None: unknown)."""
         self._in_flight[backend] = [start]
@@ -686,7 +694,9 @@ class FakeProbe:
                         s.pid, s.polls = pid, 0
                 n = s.polls
                 s.polls += 1
-                if s.ok_after is not None and n >= s.ok_after:
+                if s.hung_pid and s.pid == s.hung_pid:
+                    h = Health(ok=False, status=None, detail="timed out")
+                elif s.ok_after is not None and n >= s.ok_after:
                     h = Health(ok=True, status=200, detail="ok")
                 elif s.before == "refuse":
                     h = Health(ok=False, status=None, detail="connection refused")

@@ -132,3 +132,27 @@ def test_redact_argv_masks_values_of_credential_options() -> None:
         "8000",
     ]
     assert redact.digest("a") == redact.digest("a") != redact.digest("b")
+
+
+def test_cmdline_environment_file_reads_what_systemd_reads() -> None:
+    text = (
+        "# a comment\n"
+        "; another\n"
+        "\n"
+        "PORT=8081\n"
+        "  MODEL = /models/q.gguf  \n"
+        'QUOTED="a b"\n'
+        "SINGLE='c d'\n"
+        "LONG=one \\\n"
+        "two\n"
+        "not a variable=1\n"
+        "NOEQUALS\n"
+        "PORT=8082\n"
+    )
+    assert cmdline.environment_file(text) == {
+        "PORT": "8082",
+        "MODEL": "/models/q.gguf",
+        "QUOTED": "a b",
+        "SINGLE": "c d",
+        "LONG": "one two",
+    }

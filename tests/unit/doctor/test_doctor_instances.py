@@ -59,3 +59,30 @@ def test_doctor_check_all_reports_the_instances_rules() -> None:
     facts = HostGpuFacts(simulated=True, driver_version=None, cuda_version=None, gpus=())
     out = doctor.check_all([BackendInput(backend=b, unit=None, argv=[], env={})], facts)
     assert "instance-gpu-shared" in [f.code for f in out]
+
+
+TEMPLATE = ("/usr/local/bin/llama-server", "-m", "${MODEL}", "--host", "127.0.0.1", "--port", "${PORT}")
+
+
+def _template_units() -> dict[str, UnitState | None]:
+    return {
+        u: UnitState(
+            u, "loaded", "inactive", "dead", exec_start=TEMPLATE, environment=("CUDA_VISIBLE_DEVICES=0",)
+        )
+        for u in ("l@0.service", "l@1.service")
+    }
+
+
+def test_doctor_each_instance_port_from_its_environment_file_is_compared_with_its_health_url() -> None:
+    b = _backend(A, B, extra='kind = "llama-server"\n')
+    envs = {"l@0.service": {"PORT": "8081", "MODEL": "/m"}, "l@1.service": {"PORT": "9090", "MODEL": "/m"}}
+    (f,) = instance_findings(b, _template_units(), envs)
+    assert (f.code, f.severity) == ("health-url-port", "warning")
+    assert "l@1.service" in f.message and "8082" in f.message and "9090" in f.message
+    envs["l@1.service"] = {"PORT": "8082", "MODEL": "/m"}
+    assert instance_findings(b, _template_units(), envs) == []
+
+
+def test_doctor_an_instance_port_nothing_defines_is_not_compared() -> None:
+    b = _backend(A, B, extra='kind = "llama-server"\n')
+    assert _codes(b, _template_units()) == []  # ${PORT} unknown: env-undefined says so, not this rule

@@ -10,6 +10,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from gpushift.errors import SystemdError
 from gpushift.host.proc import SystemClock
 from gpushift.sampler.sample import Sample, to_status, verdict
@@ -502,3 +504,41 @@ def test_sampler_lanes_are_joined_by_the_cycle_alone(world: Any, monkeypatch: An
         world.clock.advance(PERIOD)
     assert any(lane == "sampler-units" for _, lane in callers)
     assert {who for who, _ in callers} == {threading.current_thread().name}, sorted(set(callers))
+
+
+def test_sampler_each_instance_has_its_own_unhealthy_since_cleared_by_a_new_process(make_world: Any) -> None:
+    from tests.support.instances import N0, N1, with_instances
+
+    w = with_instances(make_world())
+    w.boot("day")
+    assert w.switch("night").ok
+    s = sampler(w)
+    assert s.sample_once().backend("night").instance_unhealthy == ()  # type: ignore[union-attr]
+    w.probe.hang("http://127.0.0.1:18082/health")  # instance 1 stops answering, its unit active
+    hung_at = w.clock.monotonic()
+    s.sample_once()
+    w.clock.advance(7)
+    night = s.sample_once().backend("night")
+    assert night is not None and night.instance_unhealthy == ((N1, hung_at),)  # N0 answers: not listed
+    w.units.set_stopped(N1)
+    w.units.set_running(N1)  # a new process answers again
+    assert s.sample_once().backend("night").instance_unhealthy == ()  # type: ignore[union-attr]
+    assert w.units.is_running(N0)
+
+
+@pytest.mark.parametrize(("min_ready", "serves"), [(1, True), (2, False)])
+def test_sampler_verdict_counts_the_instances_that_answer_against_min_ready(
+    make_world: Any, min_ready: int, serves: bool
+) -> None:
+    from tests.support.instances import with_instances
+
+    w = with_instances(make_world(), min_ready=min_ready)
+    w.boot("day")
+    assert w.switch("night").ok
+    s = sampler(w)
+    assert verdict(s.sample_once(), w.clock.monotonic()).active == "night"
+    w.probe.hang("http://127.0.0.1:18081/health")  # the first instance (the representative) hangs
+    v = verdict(s.sample_once(), w.clock.monotonic())
+    assert v.active == ("night" if serves else None), v
+    if not serves:
+        assert v.reason == f"night: 1 of 2 instances answer their health ({min_ready} needed)"

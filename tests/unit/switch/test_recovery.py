@@ -216,6 +216,7 @@ def test_switch_run_is_rewritten_only_when_what_recovery_reads_changed(world: An
 def test_switch_run_round_trips_through_json() -> None:
     run = SwitchRun("t1", "night", Trigger.MANUAL, "alice", "why", datetime.now(timezone.utc), 1.5, uid=1000)
     run.phase, run.previous, run.touched, run.cancelled_by = Phase.START, ["day"], True, "carol"
+    run.restart_instances = ["gpushift-night@1.service"]  # a hung instance restarted alone (issue 23)
     assert SwitchRun.from_dict(run.to_dict()) == run
 
 
