@@ -22,7 +22,7 @@ PYENV_ROOT ?= /root/.pyenv
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
 APT_PACKAGES := systemd dbus dbus-daemon libgirepository1.0-dev libcairo2-dev pkg-config gcc \
-	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base curl libpq5
+	python3-dev python3-venv faketime sqlite3 util-linux procps groff-base curl
 # The fleet tests (tests/support/pgcluster.py) start a private PostgreSQL cluster of their own with
 # the server's initdb and pg_ctl (/usr/lib/postgresql/15/bin); the package's own cluster (15/main on
 # port 5432, which its install creates and may start) is never used.
@@ -78,7 +78,7 @@ test-pythons: venv
 	  env=.venv-$$v; \
 	  if [ ! -f $$env/.installed ] || [ pyproject.toml -nt $$env/.installed ]; then \
 	    $$py -m venv $$env && $$env/bin/pip install -q --upgrade pip && \
-	    $$env/bin/pip install -q pytest pytest-timeout hypothesis "apscheduler>=3.11.2,<4" click structlog psutil nvidia-ml-py "prometheus-client>=0.17" "jeepney>=0.8" "aiohttp>=3.9" "psycopg>=3.1" "tomli>=2; python_version<'3.11'" && \
+	    $$env/bin/pip install -q pytest pytest-timeout hypothesis "apscheduler>=3.11.2,<4" click structlog psutil nvidia-ml-py "prometheus-client>=0.17" "jeepney>=0.8" "aiohttp>=3.9" "asyncpg>=0.29" "tomli>=2; python_version<'3.11'" && \
 	    $$env/bin/pip install -q --no-deps -e . && touch $$env/.installed || exit 1; \
 	  fi; \
 	  echo "== unit tests on $$($$env/bin/python --version)"; \

@@ -37,7 +37,7 @@ def probe(cfg: Config) -> rules.MirrorFacts:
                                  connect_timeout_s=m.connect_timeout_s)  # fmt: skip
     try:
         version = schema.version(conn)
-    except Exception as e:  # the driver's errors: a statement timeout, a lost connection
+    except db.DatabaseError as e:  # a statement timeout, a lost connection
         return rules.MirrorFacts(where, False, error=db.one_line(e), elapsed_s=_since(t0),
                                  connect_timeout_s=m.connect_timeout_s)  # fmt: skip
     finally:

@@ -5,7 +5,7 @@ password source and deadlines), or ``--url``; no host is contacted and nothing i
 expected failure (the database cannot be reached, no config, no tables yet) is one line on stderr
 and the error's exit status (``FleetError``: 12), never a traceback; ``verify`` exits 1 when it finds
 a problem.  Each command ends, once its output is out and its connection closed, without the
-interpreter's teardown (``output.leave``: freeing psycopg's modules costs more than the query).  This module imports click, the standard library and the error classes at the top; the
+interpreter's teardown (``output.leave``: freeing the driver's modules costs more than the query).  This module imports click, the standard library and the error classes at the top; the
 driver and the fleet package inside the commands (``gpushift --help`` stays fast).
 """
 
@@ -59,7 +59,7 @@ def _connection(ctx: click.Context, url: str | None) -> Iterator[tuple[Any, Any]
             queries.require_schema(conn)
             yield conn, mirror
         except Exception as e:
-            if type(e).__module__.startswith("psycopg"):
+            if isinstance(e, db.DatabaseError):
                 raise FleetError(
                     f"the central database {db.where(url or mirror.url)}: {db.one_line(e)}"
                 ) from None
@@ -237,7 +237,7 @@ def ledger(
         say_json(_json([_row_json(r) for r in rows]))
     else:
         _print_rows(rows)
-    leave(0)  # the connection is closed: no teardown of psycopg's modules (docs/benchmarks.md)
+    leave(0)  # the connection is closed: no teardown of the driver's modules (docs/benchmarks.md)
 
 
 def _row_json(r: dict[str, Any]) -> dict[str, Any]:

@@ -101,8 +101,8 @@ def say_json(json_text: str, err: bool = False) -> None:
 def leave(code: int = 0) -> NoReturn:
     """End the command once its last line is out: the output is flushed and the process ends
     without the interpreter's teardown (freeing every module and object: 15–30 ms measured at the
-    end of a switch, while the daemon samples what the switch left beside it; about 60 ms of CPU
-    after ``gpushift fleet`` has loaded psycopg, docs/benchmarks.md).  Only when this process is the
+    end of a switch, while the daemon samples what the switch left beside it; more after
+    ``gpushift fleet`` has loaded its database driver, docs/benchmarks.md).  Only when this process is the
     ``gpushift`` command itself; a caller that runs the commands in its own process (click's test
     runner) gets an ordinary exit.  Callers close what they opened first (a database connection)."""
     from gpushift.cli import main

@@ -1,11 +1,12 @@
 """One connection to the fleet's central database, with its deadlines.
 
-Every connection — the daemon's mirror and each ``gpushift fleet`` command — is made here:
-``connect_timeout`` (``[mirror] connect_timeout_s``) bounds the connect, ``statement_timeout``
-(``statement_timeout_s``) every statement on the server, and ``idle_in_transaction_session_timeout``
-a transaction left open by a client that died; TCP keepalives and ``tcp_user_timeout`` end a
-connection whose peer vanished.  The password (``secret.py``) goes to the driver only.  Every
-failure is a :class:`~gpushift.errors.FleetError` of one line that names the server as
+Every connection — the daemon's mirror and each ``gpushift fleet`` command — is made here (over
+``pg.py``, asyncpg): ``timeout`` (``[mirror] connect_timeout_s``) bounds the connect and its login,
+``statement_timeout`` and ``lock_timeout`` (``statement_timeout_s``) every statement on the server,
+``idle_in_transaction_session_timeout`` a transaction left open by a client that died, and a
+client-side deadline on every call (``statement_timeout_s`` plus ``connect_timeout_s``) ends a wait
+on a server that vanished without a word.  The password (``secret.py``) goes to the driver only.
+Every failure is a :class:`~gpushift.errors.FleetError` of one line that names the server as
 ``USER@HOST:PORT/DB`` (the URL holds no password: the config refuses one) and never carries a
 traceback or the password.
 """
@@ -19,6 +20,9 @@ from gpushift import __version__
 from gpushift.config.mirror import MirrorConfig, url_problem
 from gpushift.errors import FleetError
 from gpushift.fleet import secret
+from gpushift.fleet.pg import Connection, DatabaseError
+
+__all__ = ["Connection", "DatabaseError", "connect", "one_line", "where"]
 
 
 def where(url: str) -> str:
@@ -31,16 +35,8 @@ def where(url: str) -> str:
     return f"{p.username or '?'}@{p.hostname or '?'}:{port}/{p.path.strip('/')}"
 
 
-def _driver() -> Any:
-    try:
-        import psycopg
-    except ImportError as e:
-        raise FleetError(f"the fleet needs psycopg 3 (pip install 'psycopg>=3.1', and libpq5): {e}") from None
-    return psycopg
-
-
 def connect(m: MirrorConfig, url: str | None = None, application: str = "gpushift") -> Any:
-    """A psycopg connection (not autocommit) to ``url`` (default ``[mirror] url``).
+    """A connection (not autocommit: ``pg.py``) to ``url`` (default ``[mirror] url``).
 
     Raises:
         FleetError: no URL, a bad one, the password unreadable, or the server unreachable/refusing.
@@ -52,26 +48,21 @@ def connect(m: MirrorConfig, url: str | None = None, application: str = "gpushif
     if problem is not None:
         raise FleetError(f"the central database URL: {problem}")
     password = secret.password(m)
-    psycopg = _driver()
     statement_ms = max(1, int(m.statement_timeout_s * 1000))
-    kwargs: dict[str, Any] = {
-        "connect_timeout": m.connect_timeout_s,
-        "application_name": f"{application} {__version__}"[:63],
-        "options": (
-            f"-c statement_timeout={statement_ms} -c lock_timeout={statement_ms} "
-            f"-c idle_in_transaction_session_timeout={statement_ms * 6}"
-        ),
-        "keepalives": 1,
-        "keepalives_idle": 10,
-        "keepalives_interval": 5,
-        "keepalives_count": 3,
-        "tcp_user_timeout": (m.connect_timeout_s + int(m.statement_timeout_s) + 5) * 1000,
-    }
-    if password is not None:
-        kwargs["password"] = password
     try:
-        return psycopg.connect(target, **kwargs)
-    except psycopg.Error as e:
+        return Connection.open(
+            dsn=target,
+            password=password,
+            timeout=m.connect_timeout_s,
+            command_timeout=m.statement_timeout_s + m.connect_timeout_s,
+            server_settings={
+                "application_name": f"{application} {__version__}"[:63],
+                "statement_timeout": str(statement_ms),
+                "lock_timeout": str(statement_ms),
+                "idle_in_transaction_session_timeout": str(statement_ms * 6),
+            },
+        )
+    except DatabaseError as e:
         raise FleetError(
             f"cannot reach the central database {where(target)}: {one_line(e, password)}"
         ) from None

@@ -374,5 +374,4 @@ class Mirror:
 
 
 def _is_driver_error(e: BaseException) -> bool:
-    mod = type(e).__module__
-    return mod.startswith("psycopg")
+    return isinstance(e, db.DatabaseError)

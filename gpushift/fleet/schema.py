@@ -106,7 +106,7 @@ def ensure(conn: Any, target: int = SCHEMA_VERSION) -> int:
     Raises:
         FleetError: the user may not create the tables (naming the database's error).
     """
-    import psycopg
+    from gpushift.fleet.pg import DatabaseError
 
     try:
         old = version(conn)
@@ -125,7 +125,7 @@ def ensure(conn: Any, target: int = SCHEMA_VERSION) -> int:
                     (n, f"gpushift {__version__}"),
                 )
         return old
-    except psycopg.Error as e:
+    except DatabaseError as e:
         from gpushift.fleet.db import one_line
 
         raise FleetError(f"cannot create or migrate the central schema: {one_line(e)}") from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushift.fleet.central import QUERY_COLUMNS
+from gpushift.ledger.rows import parse_dt
 
 _INSERT_COLUMNS = (
     "host", "chain", "id", "uuid", "prev_hash", "hash", "started_at", "finished_at", "trigger",
@@ -25,6 +26,8 @@ _INSERT = (
     "ON CONFLICT (host, chain, id) DO NOTHING"
 )
 _CARRIED = [c for c in _INSERT_COLUMNS if c not in ("host", "chain", "id")]
+#: The ``timestamptz`` columns: central.py keeps them as ISO texts; the driver takes datetimes.
+_TIMES = ("started_at", "finished_at")
 _CARRY = (
     "UPDATE gpushift_ledger SET "
     + ", ".join(f"{c} = %s::jsonb" if c == "record" else f"{c} = %s" for c in _CARRIED)
@@ -94,15 +97,14 @@ class CentralStore:
         return int(row[0]) if row else 0
 
     def insert(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        batch = [tuple(r[c] for c in _INSERT_COLUMNS) for r in rows]
+        batch = [tuple(_bound(r, c) for c in _INSERT_COLUMNS) for r in rows]
         if batch:
-            with self.conn.cursor() as cur:
-                cur.executemany(_INSERT, batch)
+            self.conn.executemany(_INSERT, batch)
 
     def carry(self, values: Mapping[str, Any]) -> None:
         """Rewrite one central row with the host's newer version of it (a known local change)."""
         self.conn.execute(
-            _CARRY, [*(values[c] for c in _CARRIED), values["host"], values["chain"], values["id"]]
+            _CARRY, [*(_bound(values, c) for c in _CARRIED), values["host"], values["chain"], values["id"]]
         )
 
     def report(self, chain: str | None, row_id: int | None, kind: str, what: str) -> None:
@@ -117,6 +119,14 @@ class CentralStore:
             "ON CONFLICT (host) DO UPDATE SET updated_at = now(), state = excluded.state",
             (self.host, json.dumps(state, default=str)),
         )
+
+
+def _bound(values: Mapping[str, Any], column: str) -> Any:
+    """One column's value as the driver binds it (a timestamp text as its datetime)."""
+    v = values[column]
+    if column in _TIMES and isinstance(v, str):
+        return parse_dt(v)
+    return v
 
 
 def ids_missing(sent: Sequence[int], present: Iterable[int]) -> list[int]:

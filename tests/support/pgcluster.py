@@ -28,9 +28,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .procs import alive, proc_starttime
+
+if TYPE_CHECKING:
+    from gpushift.fleet.pg import Connection
 
 #: Where Debian installs each PostgreSQL version's server binaries.
 PG_BIN_GLOB = "/usr/lib/postgresql/*/bin"
@@ -217,40 +220,31 @@ class PgCluster:
         """``postgresql://USER@127.0.0.1:PORT/DB`` (the password comes from elsewhere)."""
         return f"postgresql://{user}@127.0.0.1:{self.port}/{db}"
 
-    def admin(self, db: str = "postgres") -> Any:
-        """A psycopg connection as the superuser, over the socket (autocommit)."""
-        try:
-            import psycopg
-        except ImportError as e:  # pragma: no cover - the venv has it
-            raise PgMissing(f"psycopg (psycopg 3) is needed for the fleet tests: {e}") from None
-        return psycopg.connect(
-            host=str(self.sock),
-            port=self.port,
-            user=SUPERUSER,
-            dbname=db,
-            autocommit=True,
-            connect_timeout=10,
+    def admin(self, db: str = "postgres") -> Connection:
+        """A connection as the superuser, over the socket (autocommit), made the way gpushift makes
+        its own (``gpushift.fleet.pg``: ``%s`` placeholders, ``execute(...).fetchall()``)."""
+        from gpushift.fleet.pg import Connection
+
+        return Connection.open(
+            autocommit=True, host=str(self.sock), port=self.port, user=SUPERUSER, database=db, timeout=10
         )
 
     def sql(self, statement: str, params: Any = None, db: str = "postgres") -> list[tuple[Any, ...]]:
         """Run one statement as the superuser; its rows (empty for a statement that returns none)."""
         with self.admin(db) as conn:
-            cur = conn.execute(statement, params)
-            return list(cur.fetchall()) if cur.description is not None else []
+            return conn.execute(statement, params).fetchall()
 
     def make_db(self, db: str, user: str, password: str) -> str:
         """A login role ``user`` with ``password`` owning a new database ``db``; returns :meth:`url`."""
-        from psycopg import sql
-
         with self.admin() as conn:
-            conn.execute(
-                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                    sql.Identifier(user), sql.Literal(password)
-                )
-            )
-            conn.execute(
-                sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(db), sql.Identifier(user))
-            )
+            # The server quotes the names and the password (format's %I and %L).
+            for template, args in (
+                ("CREATE ROLE %%I LOGIN PASSWORD %%L", (user, password)),
+                ("CREATE DATABASE %%I OWNER %%I", (db, user)),
+            ):
+                row = conn.execute(f"SELECT format('{template}', %s::text, %s::text)", args).fetchone()
+                assert row is not None
+                conn.execute(str(row[0]))
         return self.url(user, db)
 
 

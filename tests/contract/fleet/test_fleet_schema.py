@@ -77,11 +77,35 @@ def test_every_connection_has_its_deadlines(pg: PgCluster, tmp_path: Any) -> Non
     m = mirror_for(pg, tmp_path, statement_timeout_s=0.25, connect_timeout_s=3)
     with db.connect(m) as conn:
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "250ms"
-        assert conn.info.get_parameters()["connect_timeout"] == "3"
-        import psycopg
-
-        with pytest.raises(psycopg.errors.QueryCanceled):
+        assert conn.execute("SHOW lock_timeout").fetchone()[0] == "250ms"
+        assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "1500ms"
+        with pytest.raises(db.DatabaseError, match="statement timeout"):
             conn.execute("SELECT pg_sleep(5)")
+
+
+def test_a_server_that_accepts_but_never_answers_fails_at_the_connect_deadline(tmp_path: Any) -> None:
+    # A listening socket that never says a word: the login cannot finish, so only the connect
+    # deadline (connect_timeout_s = 2) ends the wait.
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    try:
+        (tmp_path / "pw").write_text(PASSWORD)
+        m = MirrorConfig(
+            url=f"postgresql://gs@127.0.0.1:{silent.getsockname()[1]}/fleet?sslmode=disable",
+            password_file=str(tmp_path / "pw"),
+            connect_timeout_s=2,
+        )
+        t0 = time.monotonic()
+        with pytest.raises(FleetError, match="cannot reach the central database") as e:
+            db.connect(m)
+        assert time.monotonic() - t0 < 60, "the connect deadline did not end the wait"
+        assert PASSWORD not in str(e.value)
+    finally:
+        silent.close()
 
 
 def test_an_unreachable_or_refusing_server_is_one_line_without_the_password(

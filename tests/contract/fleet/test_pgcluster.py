@@ -21,13 +21,13 @@ def test_a_private_cluster_on_its_own_port_and_socket(pg: PgCluster) -> None:
 
 
 def test_a_role_with_a_password_logs_in_over_loopback(pg: PgCluster) -> None:
-    import psycopg
+    from gpushift.fleet.pg import Connection, DatabaseError
 
     url = pg.make_db("fleet", "gs", "s3cret-pw")
-    with psycopg.connect(url, password="s3cret-pw", connect_timeout=10) as conn:
+    with Connection.open(dsn=url, password="s3cret-pw", timeout=10) as conn:
         assert conn.execute("SELECT current_user, current_database()").fetchone() == ("gs", "fleet")
-    with pytest.raises(psycopg.OperationalError):
-        psycopg.connect(url, password="wrong", connect_timeout=10)
+    with pytest.raises(DatabaseError, match="password authentication failed"):
+        Connection.open(dsn=url, password="wrong", timeout=10)
 
 
 def test_stopped_and_started_again_keeps_its_data(pg: PgCluster) -> None:

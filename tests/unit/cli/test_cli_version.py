@@ -70,7 +70,7 @@ def test_version_imports_no_dependency() -> None:
         except SystemExit as e:
             assert e.code in (0, None), e.code
         heavy = ("gi", "pydbus", "pynvml", "apscheduler", "psutil", "structlog", "sqlite3", "_sqlite3",
-                 "jeepney", "prometheus_client", "psycopg")
+                 "jeepney", "prometheus_client", "asyncpg")
         print("IMPORTED", sorted(m for m in heavy if m in sys.modules))
         """
     )
