@@ -192,6 +192,11 @@ class Connection:
         """Close the connection (at once when the server does not answer) and the loop."""
         if self._loop.is_closed():
             return
+        if self._loop.is_running():
+            # Another thread is inside a call (the daemon stopping while its mirror waits on the
+            # server): drop the socket under it, and that call ends as a DatabaseError.
+            self._loop.call_soon_threadsafe(self._raw.terminate)
+            return
         try:
             if not self._raw.is_closed():
                 self._loop.run_until_complete(asyncio.wait_for(self._raw.close(), 2))

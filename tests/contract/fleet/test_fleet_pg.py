@@ -85,3 +85,29 @@ def test_a_closed_connection_or_a_server_error_is_a_database_error(
     with pytest.raises(DatabaseError):
         c.execute("SELECT 1")
     c.close()
+
+
+def test_close_from_another_thread_ends_a_call_in_progress(mirror_config: MirrorConfig) -> None:
+    # The daemon's stop closes the mirror's connection while the mirror's thread waits on the server.
+    import threading
+
+    c = db.connect(mirror_config)
+    got: list[BaseException] = []
+
+    def wait_long() -> None:
+        try:
+            c.execute("SELECT pg_sleep(60)")
+        except BaseException as e:  # noqa: BLE001 - what the call ended with is the test's result
+            got.append(e)
+
+    t = threading.Thread(target=wait_long)
+    t.start()
+    deadline = 30.0
+    for _ in range(300):  # until the statement is running on the server
+        if c._loop.is_running():  # noqa: SLF001 - the call is in progress
+            break
+        t.join(0.1)
+    c.close()
+    t.join(deadline)
+    assert not t.is_alive(), "the call went on after close()"
+    assert got and isinstance(got[0], DatabaseError), got
