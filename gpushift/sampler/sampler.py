@@ -248,20 +248,26 @@ class Sampler:
         """Every backend unit's state in one read (one lane: systemd answers for all of them or
         hangs for all of them); each backend's figure, and its error, is its own.  A backend of
         several instances stands for the first of them that runs (config/instances.py ``pick``)."""
+        wanted: dict[str, None] = {}  # every unit once, in the backends' order
+        for us in units.values():
+            for u in us:
+                wanted[u] = None
         error = None
         try:
-            by_unit = self._units.states(list(dict.fromkeys(u for us in units.values() for u in us)))
+            by_unit = self._units.states(list(wanted))
         except GpushiftError as e:
             by_unit, error = {}, str(e)
         except Exception as e:  # an adapter's bug: those figures' error, never the thread's end
             by_unit, error = {}, f"{type(e).__name__}: {e}"
         at = self._clock.monotonic()
         cfg = self._config
-        for name, unit in (
-            (n, pick(cfg.backends[n], by_unit) if n in cfg.backends else us[0]) for n, us in units.items()
-        ):
-            several = units[name] if len(units[name]) > 1 else ()  # each instance's own figure too
-            for key, u in ((f"unit:{name}", unit), *((f"instance:{u}", u) for u in several)):
+        for name, us in units.items():
+            unit = pick(cfg.backends[name], by_unit) if name in cfg.backends else us[0]
+            keys = [(f"unit:{name}", unit)]
+            if len(us) > 1:  # each instance's own figure too
+                for u in us:
+                    keys.append((f"instance:{u}", u))
+            for key, u in keys:
                 got = by_unit.get(u)
                 if isinstance(got, UnitState):
                     self._store(key, Figure(got, at))
