@@ -20,43 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from gpushift.config import validate
+from gpushift.config.keys import KeyReader
 from gpushift.config.types import BackendConfig, InstanceConfig
-from gpushift.errors import ConfigError
 
 #: Most instances one backend may have.
 INSTANCES_MAX = 64
 
 #: The backend-level keys that ``instances`` replaces.
 REPLACED = ("unit", "health_url", "gpus")
-
-
-class _Reader(Protocol):
-    def err(self, key: str, msg: str) -> ConfigError: ...
-
-    def no_unknown(self, data: Mapping[str, Any], where: str, allowed: set[str]) -> None: ...
-
-    def string(
-        self, d: Mapping[str, Any], where: str, key: str, default: Any, choices: tuple[str, ...] = ()
-    ) -> Any: ...
-
-    def url(self, d: Mapping[str, Any], where: str, key: str, required: bool = False) -> str | None: ...
-
-    def gpu_list(self, d: Mapping[str, Any], where: str) -> tuple[int, ...] | None: ...
-
-    def number(
-        self,
-        d: Mapping[str, Any],
-        where: str,
-        key: str,
-        default: float,
-        minimum: float = 0.0,
-        integer: bool = False,
-        maximum: float | None = None,
-    ) -> Any: ...
 
 
 def members(b: BackendConfig) -> tuple[InstanceConfig, ...]:
@@ -125,7 +100,7 @@ def _origin(url: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
-def read_instances(r: _Reader, d: Mapping[str, Any], where: str) -> tuple[InstanceConfig, ...]:
+def read_instances(r: KeyReader, d: Mapping[str, Any], where: str) -> tuple[InstanceConfig, ...]:
     """``instances`` (absent: ``()``); with it, the keys it replaces are refused by name."""
     key = f"{where}.instances"
     if "instances" not in d:
@@ -165,7 +140,7 @@ def read_instances(r: _Reader, d: Mapping[str, Any], where: str) -> tuple[Instan
     return tuple(out)
 
 
-def read_min_ready(r: _Reader, d: Mapping[str, Any], where: str, count: int) -> int | None:
+def read_min_ready(r: KeyReader, d: Mapping[str, Any], where: str, count: int) -> int | None:
     """``min_ready``: 1 to the number of instances; absent: None (all)."""
     if "min_ready" not in d:
         return None

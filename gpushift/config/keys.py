@@ -1,10 +1,11 @@
 """The reader of the config file's keys — one error format and one set of type and range checks.
 
 :class:`KeyReader` reads the values of one table's keys (a string, a number in its range, a list of
-strings, a URL...) and refuses unknown keys; every refusal is a :class:`~gpushift.errors.ConfigError`
-that reads ``path:LINE: key: what was expected``, the line of the key (or of the table it is missing
-from).  ``config/schema.py``'s reader is one (the daemon, GPU, backend and metrics tables), and it
-hands itself to ``config/hooks.py`` for the ``[hooks]`` and ``[notify]`` tables.
+strings, a list of GPU indices, a URL...) and refuses unknown keys; every refusal is a
+:class:`~gpushift.errors.ConfigError` that reads ``path:LINE: key: what was expected``, the line of
+the key (or of the table it is missing from).  ``config/schema.py``'s reader is one (the daemon,
+GPU, backend and metrics tables), and it hands itself to ``config/hooks.py`` for the ``[hooks]``
+and ``[notify]`` tables, and ``config/instances.py`` for a backend's instances.
 """
 
 from __future__ import annotations
@@ -123,3 +124,20 @@ class KeyReader:
         if problem is not None:  # the URL is not repeated: it may carry a password
             raise self.err(f"{where}.{key}", problem)
         return v
+
+    def gpu_list(self, d: Mapping[str, Any], where: str) -> tuple[int, ...] | None:
+        gpus = d.get("gpus")
+        if gpus is None:
+            return None
+        if (
+            not isinstance(gpus, list)
+            or not gpus
+            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= 1023 for i in gpus)
+        ):
+            raise self.err(
+                f"{where}.gpus",
+                f"expected a non-empty list of GPU indices 0 - 1023 (e.g. [0, 1]), got {validate.shown(gpus)}",
+            )
+        if len(set(gpus)) != len(gpus):
+            raise self.err(f"{where}.gpus", f"a GPU is listed twice in {gpus!r}")
+        return tuple(gpus)

@@ -287,23 +287,6 @@ class _Reader(KeyReader):
             )
         return tuple(self.one_line(f"{where}.version_command", x) for x in vc)
 
-    def gpu_list(self, d: Mapping[str, Any], where: str) -> tuple[int, ...] | None:
-        gpus = d.get("gpus")
-        if gpus is None:
-            return None
-        if (
-            not isinstance(gpus, list)
-            or not gpus
-            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= 1023 for i in gpus)
-        ):
-            raise self.err(
-                f"{where}.gpus",
-                f"expected a non-empty list of GPU indices 0 - 1023 (e.g. [0, 1]), got {validate.shown(gpus)}",
-            )
-        if len(set(gpus)) != len(gpus):
-            raise self.err(f"{where}.gpus", f"a GPU is listed twice in {gpus!r}")
-        return tuple(gpus)
-
     def warmup(self, d: Mapping[str, Any], where: str, kind: Kind) -> WarmupConfig | None:
         """``warmup``: absent or ``true`` = the kind's default; ``false`` = none; a table = this request."""
         key = f"{where}.warmup"

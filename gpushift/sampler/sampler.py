@@ -179,6 +179,7 @@ class Sampler:
         _join([first[UNITS]] if UNITS in first else [], units_by)
         timeout = health_timeout_s(period)
         jobs: dict[str, Callable[[], Any]] = {}
+        copies: dict[str, str] = {}  # a lane's key -> the second key its figure is stored under
         with self._figures_lock:
             figures = dict(self._figures)
         for name, b in cfg.backends.items():
@@ -186,36 +187,44 @@ class Sampler:
             if st is not None and st.value is not None and st.value.running:
                 # Checked against the unit's cgroup: another process on its port is not its health.
                 v = view_of_unit(b, st.value.name)  # the instance that stands for it (issue 23)
-                jobs[f"health:{name}"] = _bind(
-                    self._probe.health, v.health_url, timeout, st.value.control_group
-                )
+                health = _bind(self._probe.health, v.health_url, timeout, st.value.control_group)
+                if b.instances:  # asked once: the standing instance's health is the backend's too
+                    jobs[f"ihealth:{v.unit}"] = health
+                    copies[f"ihealth:{v.unit}"] = f"health:{name}"
+                else:
+                    jobs[f"health:{name}"] = health
                 jobs[f"in_flight:{name}"] = _bind(self._probe.in_flight, v, st.value.control_group)
             for i in b.instances:  # each running instance's own health (issue 23)
                 ist = figures.get(f"instance:{i.unit}")
                 if ist is not None and ist.value is not None and ist.value.running:
-                    jobs[f"ihealth:{i.unit}"] = _bind(
-                        self._probe.health, i.health_url, timeout, ist.value.control_group
+                    jobs.setdefault(
+                        f"ihealth:{i.unit}",
+                        _bind(self._probe.health, i.health_url, timeout, ist.value.control_group),
                     )
         if self._frontdoor is not None:
             jobs[FRONTDOOR] = self._frontdoor_status
-        second = self._launch(jobs)
+        second = self._launch(jobs, copies)
         _join([*first.values(), *second.values()], t0 + _ALL_BY * period)
         return self._publish(cfg, period)
 
-    def _launch(self, jobs: Mapping[str, Callable[[], Any]]) -> dict[str, threading.Thread]:
-        """Start a lane per job, except where the previous lane of that key still runs."""
+    def _launch(
+        self, jobs: Mapping[str, Callable[[], Any]], copies: Mapping[str, str] | None = None
+    ) -> dict[str, threading.Thread]:
+        """Start a lane per job, except where the previous lane of that key still runs.  A lane
+        whose key ``copies`` names stores its figure under that second key too."""
         started: dict[str, threading.Thread] = {}
         for key, fn in jobs.items():
             old = self._lanes.get(key)
             if old is not None and old.is_alive():
                 continue
-            t = threading.Thread(target=self._read, args=(key, fn), name=f"sampler-{key}", daemon=True)
+            also = (copies or {}).get(key)
+            t = threading.Thread(target=self._read, args=(key, fn, also), name=f"sampler-{key}", daemon=True)
             self._lanes[key] = t
             t.start()
             started[key] = t
         return started
 
-    def _read(self, key: str, fn: Callable[[], Any]) -> None:
+    def _read(self, key: str, fn: Callable[[], Any], also: str | None = None) -> None:
         if key in (UNITS, GPU):
             fn()  # stores its figures itself
             return
@@ -226,6 +235,8 @@ class Sampler:
         except Exception as e:  # an adapter's bug: that figure's error, never the thread's end
             fig = Figure(None, self._clock.monotonic(), f"{type(e).__name__}: {e}")
         self._store(key, fig)
+        if also is not None:
+            self._store(also, fig)
 
     def _frontdoor_status(self) -> dict[str, Any]:
         """The front door's Status() (its own deadline: ``bus_timeout_s``); not answering is the
@@ -248,20 +259,26 @@ class Sampler:
         """Every backend unit's state in one read (one lane: systemd answers for all of them or
         hangs for all of them); each backend's figure, and its error, is its own.  A backend of
         several instances stands for the first of them that runs (config/instances.py ``pick``)."""
+        wanted: dict[str, None] = {}  # every unit once, in the backends' order
+        for us in units.values():
+            for u in us:
+                wanted[u] = None
         error = None
         try:
-            by_unit = self._units.states(list(dict.fromkeys(u for us in units.values() for u in us)))
+            by_unit = self._units.states(list(wanted))
         except GpushiftError as e:
             by_unit, error = {}, str(e)
         except Exception as e:  # an adapter's bug: those figures' error, never the thread's end
             by_unit, error = {}, f"{type(e).__name__}: {e}"
         at = self._clock.monotonic()
         cfg = self._config
-        for name, unit in (
-            (n, pick(cfg.backends[n], by_unit) if n in cfg.backends else us[0]) for n, us in units.items()
-        ):
-            several = units[name] if len(units[name]) > 1 else ()  # each instance's own figure too
-            for key, u in ((f"unit:{name}", unit), *((f"instance:{u}", u) for u in several)):
+        for name, us in units.items():
+            unit = pick(cfg.backends[name], by_unit) if name in cfg.backends else us[0]
+            keys = [(f"unit:{name}", unit)]
+            if len(us) > 1:  # each instance's own figure too
+                for u in us:
+                    keys.append((f"instance:{u}", u))
+            for key, u in keys:
                 got = by_unit.get(u)
                 if isinstance(got, UnitState):
                     self._store(key, Figure(got, at))
