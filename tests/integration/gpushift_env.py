@@ -188,13 +188,18 @@ class GpushiftEnv:
             b.version,
             [str(self.simdir / f"nvidia{i}") for i in b.gpus],
             str(self.base / f"{b.name}.log"),
-            conflicts=[o.unit for o in self.backends.values() if o.name != b.name] if self.conflicts else [],
+            conflicts=self.unit_conflicts(b),
             args=[a.format(simdir=self.simdir) for a in b.args],
             timeout_stop_s=b.timeout_stop_s,
             exec_start=b.exec_start,
             environment=b.environment,
             extra_service=b.extra_service,
         )
+
+    def unit_conflicts(self, b: Backend) -> list[str]:
+        """The units ``b``'s unit has ``Conflicts=`` with: every other backend's (none when
+        ``conflicts`` is off)."""
+        return [o.unit for o in self.backends.values() if o.name != b.name] if self.conflicts else []
 
     def write_config(self, text: str | None = None) -> None:
         self.config_path.write_text(text if text is not None else self.config_text())

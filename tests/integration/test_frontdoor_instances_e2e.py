@@ -32,8 +32,6 @@ import pytest
 from frontdoor_env import DAY, DoorEnv, post, standin_backend
 from gpushift_env import Backend, GpushiftEnv, free_port, instances_config
 
-from tests.support.demo import standin_unit
-
 NIGHT = "night-model"
 N0, N1 = "gs-night0.service", "gs-night1.service"
 #: Each request sleeps this long in the stand-in, so 32 of them are in flight together.
@@ -51,18 +49,8 @@ class _NightPair(GpushiftEnv):
             super().config_text(), [n0, n1], start_timeout_s=30, drain_timeout_s=5, vram_mib=6800, lines=lines
         )
 
-    def unit_text(self, b: Backend) -> str:
-        others = ["gs-day.service"] if b.name != "day" else [N0, N1]
-        return standin_unit(
-            f"gpushift test backend {b.name} (stand-in)",
-            b.port,
-            b.version,
-            [str(self.simdir / f"nvidia{i}") for i in b.gpus],
-            str(self.base / f"{b.name}.log"),
-            conflicts=others,
-            args=list(b.args),
-            timeout_stop_s=b.timeout_stop_s,
-        )
+    def unit_conflicts(self, b: Backend) -> list[str]:
+        return ["gs-day.service"] if b.name != "day" else [N0, N1]  # the instances conflict with day only
 
 
 class _Env(DoorEnv, _NightPair):

@@ -19,7 +19,6 @@ import pytest
 from gpushift_env import Backend, GpushiftEnv, free_port, instances_config
 
 from tests.support import busctl as bc
-from tests.support.demo import standin_unit
 
 DAY, N0, N1 = "gs-day.service", "gs-night0.service", "gs-night1.service"
 
@@ -40,18 +39,8 @@ class InstancesEnv(GpushiftEnv):
             super().config_text(), [n0, n1], start_timeout_s=20, drain_timeout_s=5, vram_mib=6800, lines=lines
         )
 
-    def unit_text(self, b: Backend) -> str:
-        others = [DAY] if b.name != "day" else [N0, N1]
-        return standin_unit(
-            f"gpushift test backend {b.name} (stand-in)",
-            b.port,
-            b.version,
-            [str(self.simdir / f"nvidia{i}") for i in b.gpus],
-            str(self.base / f"{b.name}.log"),
-            conflicts=others,
-            args=list(b.args),
-            timeout_stop_s=b.timeout_stop_s,
-        )
+    def unit_conflicts(self, b: Backend) -> list[str]:
+        return [DAY] if b.name != "day" else [N0, N1]  # the instances conflict with day only
 
 
 @pytest.fixture
