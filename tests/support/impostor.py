@@ -8,7 +8,7 @@ taken), then one line per request it was sent (``GET /health``).  The program is
 ``python -c``: user nobody need not be able to read the checkout.
 
 For the end-to-end tests: :func:`require_root`, :func:`listening` (start it and wait until it
-listens, its output read by :class:`Lines`) and :func:`version_of`.
+listens, its output read by :class:`tests.support.procs.Lines`) and :func:`version_of`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from tests.support.procs import Lines
 
 #: The version the impostor claims.
 VERSION = "6.6.6-impostor"
@@ -73,20 +74,6 @@ def start(port: int, version: str = VERSION) -> subprocess.Popen[str]:
     """Start the impostor on ``port``; the caller reads ``listening`` (or ``cannot bind``) from its
     stdout and ends it by PID."""
     return subprocess.Popen(argv(port, version), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-class Lines:
-    """The lines a started process prints, read on a thread of their own."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self._thread.start()
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            self.lines.append(line.strip())
 
 
 class Waits(Protocol):
