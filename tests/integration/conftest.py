@@ -13,14 +13,16 @@ there and also append their lines to a file (see :func:`standin_unit_text`), whi
 assertion messages show.
 
 Fixtures: ``sandbox``, ``install_standin`` (a factory), ``bus`` (a pydbus connection to the
-sandbox's bus), ``wait_for`` and ``free_port`` (helpers as fixtures: test modules do not import
-conftest.py, whose module name is ambiguous across test directories).
+sandbox's bus), ``procs`` (the processes a test starts, ended by PID after it), ``wait_for`` and
+``free_port`` (helpers as fixtures: test modules do not import conftest.py, whose module name is
+ambiguous across test directories).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpushift_env import end
 
 from tests.support import standin
 from tests.support.sandbox import Sandbox, SandboxError, missing_tools
@@ -195,3 +198,14 @@ def bus(sandbox: Sandbox) -> Iterator[Any]:
     finally:
         with contextlib.suppress(Exception):
             b.con.close_sync(None)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    """The processes the test starts; each is ended by PID afterwards, also on failure."""
+    started: list[subprocess.Popen[str]] = []
+    try:
+        yield started
+    finally:
+        for p in started:
+            end(p)

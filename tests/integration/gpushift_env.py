@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,36 @@ class Backend:
     @property
     def unit(self) -> str:
         return f"gs-{self.name}.service"
+
+
+def instances_config(
+    text: str,
+    members: Sequence[Backend],
+    *,
+    start_timeout_s: float,
+    drain_timeout_s: float,
+    vram_mib: int,
+    name: str = "night",
+    kind: str = "generic",
+    lines: Sequence[str] = (),
+) -> str:
+    """A rig's config ``text`` with its members' own tables (the last ones, from the first member's on)
+    replaced by one backend ``name`` of ``kind`` whose ``instances`` are the members' units, each with
+    its own health URL and GPUs; ``lines`` are more keys of that table."""
+    head, _, _tables = text.partition(f"\n[backends.{members[0].name}]")
+    table = ["", f"[backends.{name}]", f'kind = "{kind}"', "instances = ["]
+    table += [
+        f'  {{ unit = "{b.unit}", health_url = "http://127.0.0.1:{b.port}/health", gpus = {json.dumps(b.gpus)} }},'
+        for b in members
+    ]
+    table += [
+        "]",
+        *lines,
+        f"start_timeout_s = {start_timeout_s}",
+        f"drain_timeout_s = {drain_timeout_s}",
+        f"simulated_vram_mib = {vram_mib}",
+    ]
+    return head + "\n".join(table) + "\n"
 
 
 class GpushiftEnv:
@@ -157,13 +188,18 @@ class GpushiftEnv:
             b.version,
             [str(self.simdir / f"nvidia{i}") for i in b.gpus],
             str(self.base / f"{b.name}.log"),
-            conflicts=[o.unit for o in self.backends.values() if o.name != b.name] if self.conflicts else [],
+            conflicts=self.unit_conflicts(b),
             args=[a.format(simdir=self.simdir) for a in b.args],
             timeout_stop_s=b.timeout_stop_s,
             exec_start=b.exec_start,
             environment=b.environment,
             extra_service=b.extra_service,
         )
+
+    def unit_conflicts(self, b: Backend) -> list[str]:
+        """The units ``b``'s unit has ``Conflicts=`` with: every other backend's (none when
+        ``conflicts`` is off)."""
+        return [o.unit for o in self.backends.values() if o.name != b.name] if self.conflicts else []
 
     def write_config(self, text: str | None = None) -> None:
         self.config_path.write_text(text if text is not None else self.config_text())

@@ -30,9 +30,7 @@ from typing import Any
 
 import pytest
 from frontdoor_env import DAY, DoorEnv, post, standin_backend
-from gpushift_env import Backend, GpushiftEnv, free_port
-
-from tests.support.demo import standin_unit
+from gpushift_env import Backend, GpushiftEnv, free_port, instances_config
 
 NIGHT = "night-model"
 N0, N1 = "gs-night0.service", "gs-night1.service"
@@ -44,37 +42,15 @@ class _NightPair(GpushiftEnv):
     """The rig's "night0" and "night1" tables written as one backend "night" of two instances."""
 
     def config_text(self) -> str:
-        head, _, _tables = super().config_text().partition("\n[backends.night0]")
         n0, n1 = self.backends["night0"], self.backends["night1"]
-        return head + "\n".join([
-            "",
-            "[backends.night]",
-            'kind = "generic"',
-            "instances = [",
-            f'  {{ unit = "{N0}", health_url = "http://127.0.0.1:{n0.port}/health", gpus = [0] }},',
-            f'  {{ unit = "{N1}", health_url = "http://127.0.0.1:{n1.port}/health", gpus = [1] }},',
-            "]",
-            "min_ready = 1",
-            'on_crash = "stay"',
-            f'models = ["{NIGHT}"]',
-            f'version_url = "http://127.0.0.1:{n0.port}/version"',
-            "start_timeout_s = 30",
-            "drain_timeout_s = 5",
-            "simulated_vram_mib = 6800",
-        ]) + "\n"  # fmt: skip
-
-    def unit_text(self, b: Backend) -> str:
-        others = ["gs-day.service"] if b.name != "day" else [N0, N1]
-        return standin_unit(
-            f"gpushift test backend {b.name} (stand-in)",
-            b.port,
-            b.version,
-            [str(self.simdir / f"nvidia{i}") for i in b.gpus],
-            str(self.base / f"{b.name}.log"),
-            conflicts=others,
-            args=list(b.args),
-            timeout_stop_s=b.timeout_stop_s,
+        lines = ["min_ready = 1", 'on_crash = "stay"', f'models = ["{NIGHT}"]']
+        lines.append(f'version_url = "http://127.0.0.1:{n0.port}/version"')
+        return instances_config(
+            super().config_text(), [n0, n1], start_timeout_s=30, drain_timeout_s=5, vram_mib=6800, lines=lines
         )
+
+    def unit_conflicts(self, b: Backend) -> list[str]:
+        return ["gs-day.service"] if b.name != "day" else [N0, N1]  # the instances conflict with day only
 
 
 class _Env(DoorEnv, _NightPair):

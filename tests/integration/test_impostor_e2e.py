@@ -16,63 +16,16 @@ while the impostor holds its port: ``status`` never shows ``b`` as healthy, and 
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import threading
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from gpushift_env import Backend, GpushiftEnv, end, free_port
+from gpushift_env import Backend, GpushiftEnv, free_port
 
 from tests.support import impostor
 
 FAKE_VERSION = impostor.VERSION
-
-
-class Lines:
-    """The lines a started process prints, read on a thread of their own."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self._thread.start()
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            self.lines.append(line.strip())
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[str]]]:
-    """The processes the test starts; each is ended by PID afterwards, also on failure."""
-    started: list[subprocess.Popen[str]] = []
-    try:
-        yield started
-    finally:
-        for p in started:
-            end(p)
-
-
-def start_impostor(procs: list[subprocess.Popen[str]], port: int, env: GpushiftEnv) -> tuple[int, Lines]:
-    """The impostor (tests/support/impostor.py, user nobody) on ``port``, once it listens; returns
-    its PID and its output."""
-    p = impostor.start(port)
-    procs.append(p)
-    out = Lines(p)
-    env.wait_for(lambda: "listening" in out.lines or p.poll() is not None, 30, "the impostor to listen")
-    assert p.poll() is None, f"the impostor did not start: {out.lines}"
-    return p.pid, out
-
-
-def version_of(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/version", timeout=10) as r:
-        return str(json.loads(r.read())["version"])
 
 
 def two_backends(sandbox: Any, b_args: list[str]) -> tuple[GpushiftEnv, Backend, Backend]:
@@ -87,14 +40,13 @@ def two_backends(sandbox: Any, b_args: list[str]) -> tuple[GpushiftEnv, Backend,
 def test_an_impostor_on_the_target_port_fails_the_switch_and_the_rollback_brings_the_previous_back(
     sandbox: Any, procs: list[subprocess.Popen[str]]
 ) -> None:
-    if os.geteuid() != 0:
-        raise AssertionError("this test must run as root: its impostor runs as user nobody")
+    impostor.require_root()
     env, a, b = two_backends(sandbox, ["--bind-delay", "5"])
     client = env.cli_popen("switch", "b", "--reason", "impostor test")
     procs.append(client)
     # The impostor binds b's port after the preflight, while a's stop job lasts.
     env.wait_for(lambda: env.active_state(a.unit) == "deactivating", 60, f"{a.unit} to be stopping")
-    pid, said = start_impostor(procs, b.port, env)
+    pid, said = impostor.listening(procs, b.port, env)
     try:
         out, err = client.communicate(timeout=180)
     except subprocess.TimeoutExpired:
@@ -119,7 +71,7 @@ def test_an_impostor_on_the_target_port_fails_the_switch_and_the_rollback_brings
 
     # The previous backend serves again, from its own unit; status says so, not the impostor.
     assert env.active_state(a.unit) == "active" and env.active_state(b.unit) != "active"
-    assert version_of(a.port) == "1.0.0"
+    assert impostor.version_of(a.port) == "1.0.0"
     st = env.status()
     assert st["active"] == "a", st
     assert st["backends"]["a"]["health"]["ok"] is True, st["backends"]["a"]
@@ -130,11 +82,10 @@ def test_an_impostor_on_the_target_port_fails_the_switch_and_the_rollback_brings
 def test_status_never_shows_an_impostor_as_the_backend_s_health(
     sandbox: Any, procs: list[subprocess.Popen[str]]
 ) -> None:
-    if os.geteuid() != 0:
-        raise AssertionError("this test must run as root: its impostor runs as user nobody")
+    impostor.require_root()
     # b sets up for longer than the test lasts: its unit is active, its port the impostor's.
     env, a, b = two_backends(sandbox, ["--bind-delay", "600"])
-    pid, said = start_impostor(procs, b.port, env)
+    pid, said = impostor.listening(procs, b.port, env)
     env.sb.systemctl("start", b.unit, check=True)  # a person starts b (Conflicts= stops a)
 
     def b_health() -> dict[str, Any] | None:

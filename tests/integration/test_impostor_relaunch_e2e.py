@@ -20,28 +20,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from gpushift_env import Backend, GpushiftEnv, end, free_port
-from test_impostor_e2e import start_impostor, version_of
+from gpushift_env import Backend, GpushiftEnv, free_port
 
 from tests.support import impostor
 
 MAX_ATTEMPTS = 2
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[str]]]:
-    """The processes the test starts; each is ended by PID afterwards, also on failure."""
-    started: list[subprocess.Popen[str]] = []
-    try:
-        yield started
-    finally:
-        for p in started:
-            end(p)
 
 
 def rows(env: GpushiftEnv, **match: Any) -> list[dict[str, Any]]:
@@ -51,8 +37,7 @@ def rows(env: GpushiftEnv, **match: Any) -> list[dict[str, Any]]:
 def test_relaunches_failing_on_an_impostor_fall_back_to_the_backend_that_served_before(
     sandbox: Any, procs: list[subprocess.Popen[str]]
 ) -> None:
-    if os.geteuid() != 0:
-        raise AssertionError("this test must run as root: its impostor runs as user nobody")
+    impostor.require_root()
     # a sets up for 8 s before it binds (as vLLM does): the impostor binds first after a's death,
     # even when a relaunch starts before it (then it fails on the impostor's answer or its own exit).
     a = Backend("a", free_port(), [0, 1], args=["--bind-delay", "8"], start_timeout_s=40)
@@ -67,7 +52,7 @@ def test_relaunches_failing_on_an_impostor_fall_back_to_the_backend_that_served_
 
     os.kill(env.main_pid(a.unit), signal.SIGKILL)  # a dies by itself
     env.wait_for(lambda: env.active_state(a.unit) != "active", 30, f"{a.unit} to be down")
-    pid, said = start_impostor(procs, a.port, env)
+    pid, said = impostor.listening(procs, a.port, env)
 
     def fell_back() -> bool:
         return bool([r for r in rows(env, to="b", outcome="ok") if r["id"] not in setup_ids])
@@ -98,7 +83,7 @@ def test_relaunches_failing_on_an_impostor_fall_back_to_the_backend_that_served_
 
     # b serves from its own unit; status says b serves and why a does not.
     assert env.active_state(b.unit) == "active" and env.active_state(a.unit) != "active"
-    assert version_of(b.port) == "2.0.0"
+    assert impostor.version_of(b.port) == "2.0.0"
     env.wait_for(lambda: env.status()["active"] == "b", 30, "status to show b serving")
     st = env.status()
     assert "fell back to b" in (st.get("blocked") or ""), st

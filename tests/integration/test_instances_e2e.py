@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpushift_env import Backend, GpushiftEnv, free_port
+from gpushift_env import Backend, GpushiftEnv, free_port, instances_config
 
 from tests.support import busctl as bc
-from tests.support.demo import standin_unit
 
 DAY, N0, N1 = "gs-day.service", "gs-night0.service", "gs-night1.service"
 
@@ -31,39 +30,17 @@ class InstancesEnv(GpushiftEnv):
     night_lines: tuple[str, ...] = ()  # more keys of [backends.night]
 
     def config_text(self) -> str:
-        text = super().config_text()
-        head, _, _tables = text.partition("\n[backends.night0]")
         n0, n1 = self.backends["night0"], self.backends["night1"]
-        lines = [
-            "",
-            "[backends.night]",
-            'kind = "generic"',
-            "instances = [",
-            f'  {{ unit = "{N0}", health_url = "http://127.0.0.1:{n0.port}/health", gpus = [0] }},',
-            f'  {{ unit = "{N1}", health_url = "http://127.0.0.1:{n1.port}/health", gpus = [1] }},',
-            "]",
-            f'version_url = "http://127.0.0.1:{n0.port}/version"',
-            "start_timeout_s = 20",
-            "drain_timeout_s = 5",
-            "simulated_vram_mib = 6800",
-        ]
+        lines = [f'version_url = "http://127.0.0.1:{n0.port}/version"']
         if self.min_ready is not None:
             lines.append(f"min_ready = {self.min_ready}")
         lines += list(self.night_lines)
-        return head + "\n".join(lines) + "\n"
-
-    def unit_text(self, b: Backend) -> str:
-        others = [DAY] if b.name != "day" else [N0, N1]
-        return standin_unit(
-            f"gpushift test backend {b.name} (stand-in)",
-            b.port,
-            b.version,
-            [str(self.simdir / f"nvidia{i}") for i in b.gpus],
-            str(self.base / f"{b.name}.log"),
-            conflicts=others,
-            args=list(b.args),
-            timeout_stop_s=b.timeout_stop_s,
+        return instances_config(
+            super().config_text(), [n0, n1], start_timeout_s=20, drain_timeout_s=5, vram_mib=6800, lines=lines
         )
+
+    def unit_conflicts(self, b: Backend) -> list[str]:
+        return [DAY] if b.name != "day" else [N0, N1]  # the instances conflict with day only
 
 
 @pytest.fixture

@@ -16,15 +16,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from gpushift_env import Backend, GpushiftEnv, end, free_port
+
+from tests.support.procs import Lines
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,34 +109,6 @@ except OSError:
     pass
 print(f"closed after {time.monotonic() - t0:.1f} s", flush=True)
 """
-
-
-class Lines:
-    """The lines a started process prints, read on a thread of their own (never blocks the test)."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self._thread.start()
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            self.lines.append(line.strip())
-
-    def has(self, prefix: str) -> str | None:
-        return next((line for line in self.lines if line.startswith(prefix)), None)
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[str]]]:
-    """Holds the processes the test starts; each is ended by PID afterwards, also on failure."""
-    started: list[subprocess.Popen[str]] = []
-    try:
-        yield started
-    finally:
-        for p in started:
-            end(p)
 
 
 def unit_nofile() -> int:

@@ -25,7 +25,7 @@ import pytest
 from realbackends_support import RealBackends, TinyModel, free_port, hardening_block, http
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from gpushift_env import Backend, GpushiftEnv  # noqa: E402
+from gpushift_env import Backend, GpushiftEnv, instances_config  # noqa: E402
 
 from tests.support.demo import standin_unit  # noqa: E402
 from tests.support.sandbox import Sandbox  # noqa: E402
@@ -43,23 +43,16 @@ class RealInstancesEnv(GpushiftEnv):
     version_command: list[str] = []
 
     def config_text(self) -> str:
-        text = super().config_text()
-        head, _, _tables = text.partition("\n[backends.night0]")
         n0, n1 = self.backends["night0"], self.backends["night1"]
-        lines = [
-            "",
-            "[backends.night]",
-            'kind = "llama-server"',
-            "instances = [",
-            f'  {{ unit = "{N0}", health_url = "http://127.0.0.1:{n0.port}/health", gpus = [0] }},',
-            f'  {{ unit = "{N1}", health_url = "http://127.0.0.1:{n1.port}/health", gpus = [1] }},',
-            "]",
-            f"version_command = {json.dumps(self.version_command)}",
-            f"start_timeout_s = {n0.start_timeout_s}",
-            f"drain_timeout_s = {n0.drain_timeout_s}",
-            f"simulated_vram_mib = {n0.vram_mib}",
-        ]
-        return head + "\n".join(lines) + "\n"
+        return instances_config(
+            super().config_text(),
+            [n0, n1],
+            kind="llama-server",
+            lines=[f"version_command = {json.dumps(self.version_command)}"],
+            start_timeout_s=n0.start_timeout_s,
+            drain_timeout_s=n0.drain_timeout_s,
+            vram_mib=n0.vram_mib,
+        )
 
     def unit_text(self, b: Backend) -> str:
         return standin_unit(

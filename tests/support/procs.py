@@ -10,9 +10,28 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
+
+
+class Lines:
+    """The lines a started process prints, read on a thread of their own (never blocks the test)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.lines.append(line.strip())
+
+    def has(self, prefix: str) -> str | None:
+        """The first line so far that starts with ``prefix`` (None: none yet)."""
+        return next((line for line in self.lines if line.startswith(prefix)), None)
 
 
 def first_executable(candidates: Iterable[str]) -> str | None:
