@@ -53,17 +53,18 @@ def _connection(ctx: click.Context, url: str | None) -> Iterator[tuple[Any, Any]
         if url is None:
             raise
         mirror = MirrorConfig()
-    conn = db.connect(mirror, url, application="gpushift-fleet")
+    # Reads only: each statement on its own (no transaction to open and end), and no round trips
+    # to ask for the schema first: a database without the tables says so at the first statement.
+    conn = db.connect(mirror, url, application="gpushift-fleet", autocommit=True)
     try:
         try:
-            queries.require_schema(conn)
             yield conn, mirror
-        except Exception as e:
-            if isinstance(e, db.DatabaseError):
-                raise FleetError(
-                    f"the central database {db.where(url or mirror.url)}: {db.one_line(e)}"
-                ) from None
-            raise
+        except db.DatabaseError as e:
+            if e.sqlstate == db.UNDEFINED_TABLE:
+                raise FleetError(queries.NO_TABLES) from None
+            raise FleetError(
+                f"the central database {db.where(url or mirror.url)}: {db.one_line(e)}"
+            ) from None
     finally:
         conn.close()
 

@@ -13,16 +13,15 @@ traceback or the password.
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlsplit
 
 from gpushift import __version__
 from gpushift.config.mirror import MirrorConfig, url_problem
 from gpushift.errors import FleetError
 from gpushift.fleet import secret
-from gpushift.fleet.pg import Connection, DatabaseError
+from gpushift.fleet.pg import UNDEFINED_TABLE, Connection, DatabaseError
 
-__all__ = ["Connection", "DatabaseError", "connect", "one_line", "where"]
+__all__ = ["UNDEFINED_TABLE", "Connection", "DatabaseError", "connect", "one_line", "where"]
 
 
 def where(url: str) -> str:
@@ -35,8 +34,10 @@ def where(url: str) -> str:
     return f"{p.username or '?'}@{p.hostname or '?'}:{port}/{p.path.strip('/')}"
 
 
-def connect(m: MirrorConfig, url: str | None = None, application: str = "gpushift") -> Any:
-    """A connection (not autocommit: ``pg.py``) to ``url`` (default ``[mirror] url``).
+def connect(
+    m: MirrorConfig, url: str | None = None, application: str = "gpushift", autocommit: bool = False
+) -> Connection:
+    """A connection (``autocommit``: each statement on its own; else transactions as ``pg.py`` says) to ``url`` (default ``[mirror] url``).
 
     Raises:
         FleetError: no URL, a bad one, the password unreadable, or the server unreachable/refusing.
@@ -51,6 +52,7 @@ def connect(m: MirrorConfig, url: str | None = None, application: str = "gpushif
     statement_ms = max(1, int(m.statement_timeout_s * 1000))
     try:
         return Connection.open(
+            autocommit=autocommit,
             dsn=target,
             password=password,
             timeout=m.connect_timeout_s,

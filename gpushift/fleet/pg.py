@@ -10,7 +10,7 @@ What the callers rely on, kept the way a DB-API driver keeps it:
 * transactions opened by the first statement and ended by :meth:`Connection.commit` or
   :meth:`Connection.rollback` (``autocommit=True`` runs each statement on its own), and
   :meth:`Connection.transaction` for a block that commits as a whole;
-* ``jsonb``/``json`` values read back parsed, and written from a JSON text or a value;
+* ``jsonb`` values read back parsed, and written from a JSON text or a value;
 * every failure of the driver, the server or the network is a :class:`DatabaseError` whose text is
   the driver's one line (the caller adds where and masks the password, ``db.py``).
 """
@@ -30,8 +30,17 @@ _FAILURES: tuple[type[BaseException], ...] = ()
 _PLACEHOLDERS: dict[str, str] = {}
 
 
+#: SQLSTATE of a statement naming a table that does not exist.
+UNDEFINED_TABLE = "42P01"
+
+
 class DatabaseError(Exception):
-    """A statement, a connect or the connection itself failed (the driver's text, one line)."""
+    """A statement, a connect or the connection itself failed (the driver's text, one line);
+    ``sqlstate`` is the server's error code, or None for a failure that is not the server's."""
+
+    def __init__(self, text: str, sqlstate: str | None = None) -> None:
+        super().__init__(text)
+        self.sqlstate = sqlstate
 
 
 def _driver() -> Any:
@@ -109,10 +118,10 @@ class Connection:
         async def go() -> Any:
             raw = await asyncpg.connect(**connect)
             try:
-                for name in ("jsonb", "json"):
-                    await raw.set_type_codec(
-                        name, schema="pg_catalog", encoder=_json_in, decoder=json.loads, format="text"
-                    )
+                # gpushift's tables have jsonb columns only.
+                await raw.set_type_codec(
+                    "jsonb", schema="pg_catalog", encoder=_json_in, decoder=json.loads, format="text"
+                )
             except BaseException:
                 raw.terminate()
                 raise
@@ -123,7 +132,7 @@ class Connection:
         except BaseException as e:
             loop.close()
             if isinstance(e, _FAILURES):
-                raise DatabaseError(_text(e)) from None
+                raise DatabaseError(_text(e), getattr(e, "sqlstate", None)) from None
             raise
         return cls(loop, raw, autocommit)
 
@@ -134,7 +143,7 @@ class Connection:
         try:
             return self._loop.run_until_complete(coro)
         except _FAILURES as e:
-            raise DatabaseError(_text(e)) from None
+            raise DatabaseError(_text(e), getattr(e, "sqlstate", None)) from None
 
     def _begin(self) -> None:
         if not self.autocommit and not self._in_transaction:
@@ -189,7 +198,9 @@ class Connection:
         return self._loop.is_closed() or bool(self._raw.is_closed())
 
     def close(self) -> None:
-        """Close the connection (at once when the server does not answer) and the loop."""
+        """Close the connection as libpq's ``PQfinish`` does: the Terminate message, then the
+        socket, without waiting for the server to end its side (an open transaction is rolled
+        back by the server); then the loop."""
         if self._loop.is_closed():
             return
         if self._loop.is_running():
@@ -198,10 +209,8 @@ class Connection:
             self._loop.call_soon_threadsafe(self._raw.terminate)
             return
         try:
-            if not self._raw.is_closed():
-                self._loop.run_until_complete(asyncio.wait_for(self._raw.close(), 2))
-        except BaseException:  # noqa: BLE001 - a dead peer: drop the socket instead
             self._raw.terminate()
+            self._loop.run_until_complete(asyncio.sleep(0))  # the transport's own close callbacks
         finally:
             self._loop.close()
 

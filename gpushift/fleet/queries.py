@@ -1,6 +1,7 @@
 """What ``gpushift fleet`` reads of the central database: hosts and their state, rows, chains.
 
-Reads only: nothing is created, migrated or written (a database without gpushift's tables says so).
+Reads only: nothing is created, migrated or written (a database without gpushift's tables says so:
+:data:`NO_TABLES`).
 Every statement runs under the connection's ``statement_timeout`` (``db.py``).
 """
 
@@ -8,12 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpushift.errors import FleetError
-from gpushift.fleet import schema
-from gpushift.fleet.central import QUERY_COLUMNS
-from gpushift.fleet.verify import Row
+if TYPE_CHECKING:
+    from gpushift.fleet.verify import Row
 
 #: The columns ``fleet ledger`` shows (the record only with ``--json``).
 LIST_COLUMNS = (
@@ -22,11 +21,9 @@ LIST_COLUMNS = (
 )  # fmt: skip
 
 
-def require_schema(conn: Any) -> int:
-    v = schema.version(conn)
-    if v == 0:
-        raise FleetError("the central database holds no gpushift tables yet (no host has mirrored to it)")
-    return v
+#: What a command says when the database has none of gpushift's tables (its first statement fails
+#: with ``undefined_table``: the commands do not spend round trips asking for the schema first).
+NO_TABLES = "the central database holds no gpushift tables yet (no host has mirrored to it)"
 
 
 def hosts(conn: Any) -> list[dict[str, Any]]:
@@ -96,6 +93,10 @@ def chains(conn: Any) -> list[tuple[str, str]]:
 
 def chain_rows(conn: Any, host: str, chain: str, batch: int = 2000) -> Iterator[Row]:
     """One chain's rows in id order, ``batch`` at a time (bounded memory at any size)."""
+    # Imported here: they bring the ledger's hash chain, which only ``fleet verify`` needs.
+    from gpushift.fleet.central import QUERY_COLUMNS
+    from gpushift.fleet.verify import Row
+
     cols = ", ".join(QUERY_COLUMNS)
     last = 0
     while True:
