@@ -159,9 +159,7 @@ class Mirror:
                 self._wake.set()  # more to send: the next cycle at once
         except (FleetError, LedgerError) as e:
             self._drop(str(e))
-        except Exception as e:
-            if not _is_driver_error(e):
-                raise
+        except db.DatabaseError as e:
             self._drop(db.one_line(e))
 
     def _drop(self, why: str) -> None:
@@ -371,7 +369,3 @@ class Mirror:
             chain=self.pos.chain,
             state=("lagging" if lag else "ok") if self.error is None else "unavailable",
         )
-
-
-def _is_driver_error(e: BaseException) -> bool:
-    return isinstance(e, db.DatabaseError)

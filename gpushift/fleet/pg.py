@@ -18,16 +18,19 @@ What the callers rely on, kept the way a DB-API driver keeps it:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 #: What a failed call can raise below this module: the server's errors and the driver's
 #: (``asyncpg.PostgresError``, ``asyncpg.InterfaceError``, filled in on first use), the network's
 #: (``OSError``) and a deadline (``asyncio.TimeoutError``).
 _FAILURES: tuple[type[BaseException], ...] = ()
-_PLACEHOLDERS: dict[str, str] = {}
+_MARK = re.compile(r"%[s%]")
 
 
 #: SQLSTATE of a statement naming a table that does not exist.
@@ -52,30 +55,11 @@ def _driver() -> Any:
     return asyncpg
 
 
+@lru_cache(maxsize=512)
 def dollar(sql: str) -> str:
     """``sql`` with ``%s`` as ``$1, $2, ...`` and ``%%`` as ``%`` (any other ``%`` stays)."""
-    got = _PLACEHOLDERS.get(sql)
-    if got is not None:
-        return got
-    out: list[str] = []
-    n = 0
-    i = 0
-    while i < len(sql):
-        pair = sql[i : i + 2]
-        if pair == "%s":
-            n += 1
-            out.append(f"${n}")
-            i += 2
-        elif pair == "%%":
-            out.append("%")
-            i += 2
-        else:
-            out.append(sql[i])
-            i += 1
-    text = "".join(out)
-    if len(_PLACEHOLDERS) < 512:
-        _PLACEHOLDERS[sql] = text
-    return text
+    n = itertools.count(1)
+    return _MARK.sub(lambda m: "%" if m.group() == "%%" else f"${next(n)}", sql)
 
 
 def _json_in(value: Any) -> str:
@@ -92,7 +76,7 @@ class Result:
         return self._rows[0] if self._rows else None
 
     def fetchall(self) -> list[tuple[Any, ...]]:
-        return list(self._rows)
+        return self._rows
 
 
 class Connection:
@@ -219,8 +203,10 @@ class Connection:
 
     def __exit__(self, kind: object, *_: object) -> None:
         try:
-            if not self.closed:
-                self.commit() if kind is None else self.rollback()
+            if not self.closed and kind is None:
+                self.commit()
+            elif not self.closed:
+                self.rollback()
         finally:
             self.close()
 
